@@ -1,0 +1,75 @@
+//! The one error type every fallible call in the crate returns.
+
+/// Why a scratch request (or another call) could not be served.
+///
+/// Every variant carries the numbers that explain it, so a log line is enough
+/// to see what was asked and what the limit was. Nothing in this crate panics
+/// or aborts on bad input: it returns one of these instead, and everything
+/// handed out before the failing call stays valid and untouched.
+///
+/// ```
+/// use tempalloc::Error;
+///
+/// let e = Error::InvalidAlignment { align: 3 };
+/// assert_eq!(e.to_string(), "invalid alignment 3: must be a power of two");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The alignment is not a power of two (0, 3, 6, 12, ...).
+    #[error("invalid alignment {align}: must be a power of two")]
+    InvalidAlignment {
+        /// The alignment that was asked for.
+        align: usize,
+    },
+    /// `size` rounded up to `align` does not fit in `isize::MAX` bytes.
+    #[error("size overflow: {size} bytes aligned to {align} exceed isize::MAX ({})", isize::MAX)]
+    SizeOverflow {
+        /// The size that was asked for, in bytes.
+        size: usize,
+        /// The alignment that was asked for.
+        align: usize,
+    },
+    /// The system allocator could not provide the memory.
+    #[error("out of memory: the system could not provide {size} bytes aligned to {align}")]
+    OutOfMemory {
+        /// Bytes asked of the system (a whole block for caching allocators).
+        size: usize,
+        /// Alignment asked of the system.
+        align: usize,
+    },
+    /// Serving the request would take the memory held above a configured limit.
+    #[error("budget exceeded: {requested} bytes requested, limit is {limit} bytes")]
+    BudgetExceeded {
+        /// Bytes the allocator would have held after serving the request.
+        requested: usize,
+        /// The configured limit, in bytes.
+        limit: usize,
+    },
+    /// The kernel context was created without a temp allocator.
+    #[error("no temp allocator: this kernel context was created without one")]
+    NoTempAllocator,
+    /// A checkpoint no longer describes the allocator's state: a reset came
+    /// after it, an earlier rewind released its blocks, or it belongs to
+    /// another allocator.
+    #[error("stale checkpoint: taken at reset {taken_at}, the allocator is at reset {now}")]
+    StaleCheckpoint {
+        /// The allocator's reset count when the checkpoint was taken.
+        taken_at: u64,
+        /// The allocator's reset count now.
+        now: u64,
+    },
+}
+
+impl Error {
+    /// The error for `size` bytes at `align` that do not form a valid
+    /// [`Layout`](core::alloc::Layout): a bad alignment or an overflow.
+    #[inline]
+    pub(crate) fn layout(size: usize, align: usize) -> Self {
+        if align.is_power_of_two() {
+            Error::SizeOverflow { size, align }
+        } else {
+            Error::InvalidAlignment { align }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The [`TempAllocator`] trait: the one interface kernels and runtimes share.
+
+use core::alloc::Layout;
+use core::ptr::NonNull;
+
+use crate::{Error, Stats};
+
+/// A source of scratch memory that is recycled all at once.
+///
+/// Kernels ask through `&self` (usually via a
+/// [`KernelContext`](crate::KernelContext)); the runtime calls
+/// [`reset`](TempAllocator::reset) through `&mut self` when the kernel or the
+/// inference ends. Because every buffer borrows the allocator shared and
+/// `reset` needs it exclusively, a buffer cannot be used after the reset that
+/// recycles it: the borrow checker rejects the program.
+///
+/// The trait is object-safe, so kernels take `&dyn TempAllocator` and are not
+/// generic over the allocator.
+///
+/// # Safety
+///
+/// Implementing the trait is `unsafe` because [`KernelContext`](crate::KernelContext)
+/// turns what [`allocate`](TempAllocator::allocate) returns into `&mut`
+/// slices. An implementation must guarantee that what it returns is aligned to
+/// `layout.align()`, at least `layout.size()` bytes long, disjoint from every
+/// other live allocation and valid until the next `reset` (or drop). A
+/// zero-sized request may return a dangling, aligned pointer. Bad input and
+/// exhausted memory are an [`Error`], never a panic or an abort.
+///
+/// ```
+/// use std::alloc::Layout;
+/// use tempalloc::{MallocAllocator, TempAllocator};
+///
+/// fn use_any(temp: &mut dyn TempAllocator) -> Result<(), tempalloc::Error> {
+///     let p = temp.allocate(Layout::from_size_align(256, 64).unwrap())?;
+///     assert_eq!(p.cast::<u8>().as_ptr() as usize % 64, 0);
+///     assert!(p.len() >= 256);
+///     temp.reset();
+///     Ok(())
+/// }
+/// use_any(&mut MallocAllocator::new())?;
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+pub unsafe trait TempAllocator {
+    /// Hands out `layout.size()` bytes aligned to `layout.align()`, valid
+    /// until the next [`reset`](TempAllocator::reset).
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// use tempalloc::{BumpAllocator, TempAllocator};
+    ///
+    /// let temp = BumpAllocator::new();
+    /// let p = temp.allocate(Layout::from_size_align(4096, 4096).unwrap())?;
+    /// assert_eq!(p.cast::<u8>().as_ptr() as usize % 4096, 0);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfMemory`] when the system has no memory, and
+    /// [`Error::BudgetExceeded`] when a configured limit would be passed.
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error>;
+
+    /// Recycles everything handed out since the last reset.
+    ///
+    /// ```
+    /// use tempalloc::{MallocAllocator, TempAllocator};
+    ///
+    /// let mut temp = MallocAllocator::new();
+    /// temp.allocate(std::alloc::Layout::new::<[f32; 16]>())?;
+    /// temp.reset();
+    /// assert_eq!(temp.stats().bytes_held, 0);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    fn reset(&mut self);
+
+    /// The allocator's counters now.
+    ///
+    /// ```
+    /// use tempalloc::{BumpAllocator, TempAllocator};
+    ///
+    /// assert_eq!(BumpAllocator::new().stats().allocations, 0);
+    /// ```
+    fn stats(&self) -> Stats;
+}
+
+/// The pointer a zero-sized request gets: non-null, aligned, never read.
+#[inline]
+pub(crate) fn dangling(layout: Layout) -> NonNull<[u8]> {
+    // An address equal to the alignment is non-zero and aligned; it carries no
+    // provenance, which is right for a zero-length slice.
+    let ptr = core::ptr::without_provenance_mut::<u8>(layout.align());
+    // SAFETY: `layout.align()` is a power of two, so never zero.
+    NonNull::slice_from_raw_parts(unsafe { NonNull::new_unchecked(ptr) }, 0)
+}
