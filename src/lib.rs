@@ -12,6 +12,9 @@
 //!
 //! Implementations:
 //!
+//! - [`CachingAllocator`]: the one to use. Per-thread bump regions over
+//!   recycled blocks from a shared, budgeted [`BlockCache`]; zero system
+//!   allocations after warm-up; checkpoints for per-kernel rewinds.
 //! - [`MallocAllocator`]: every request is a system allocation; the baseline.
 //! - [`BumpAllocator`]: a `bumpalo::Bump` behind the trait, single-threaded.
 //!
@@ -39,16 +42,25 @@
 //! }
 //! assert_eq!(temp.stats().resets, 3);
 //! ```
-#![deny(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![deny(
+    missing_docs,
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks
+)]
 
+mod block;
+mod block_cache;
 mod bump;
+mod caching;
 mod context;
 mod error;
 mod malloc;
 mod stats;
 mod temp;
 
+pub use block_cache::BlockCache;
 pub use bump::BumpAllocator;
+pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
 pub use context::{KernelContext, SyncKernelContext, with_context};
 pub use error::Error;
 pub use malloc::MallocAllocator;

@@ -1,0 +1,168 @@
+//! The hot path, reset, and thread scaling of `CachingAllocator`, each
+//! against a baseline in the same run; prints the ratios at the end.
+//!
+//! `cargo bench --bench hot_path`
+
+use std::alloc::Layout;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use tempalloc::{CachingAllocator, KernelContext, MallocAllocator, TempAllocator};
+
+/// Requests per kernel window: a kernel asks for a handful of tiles.
+const BATCH: usize = 32;
+const SIZE: usize = 256;
+const ALIGN: usize = 64;
+
+fn hot_path(c: &mut Criterion) {
+    let mut group = c.benchmark_group("hot_path");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    let layout = Layout::from_size_align(SIZE, ALIGN).unwrap();
+
+    let mut bump = bumpalo::Bump::with_capacity(1 << 20);
+    group.bench_function("bumpalo_alloc_layout", |b| {
+        b.iter(|| {
+            for _ in 0..BATCH {
+                black_box(bump.alloc_layout(black_box(layout)));
+            }
+            bump.reset();
+        })
+    });
+
+    let mut temp = CachingAllocator::new();
+    group.bench_function("caching_kernel_context", |b| {
+        b.iter(|| {
+            {
+                let ctx = KernelContext::new(&temp);
+                for _ in 0..BATCH {
+                    black_box(
+                        ctx.allocate_temp(black_box(SIZE), black_box(ALIGN))
+                            .unwrap(),
+                    );
+                }
+            }
+            temp.reset();
+        })
+    });
+
+    let mut temp = MallocAllocator::new();
+    group.bench_function("malloc_kernel_context", |b| {
+        b.iter(|| {
+            {
+                let ctx = KernelContext::new(&temp);
+                for _ in 0..BATCH {
+                    black_box(
+                        ctx.allocate_temp(black_box(SIZE), black_box(ALIGN))
+                            .unwrap(),
+                    );
+                }
+            }
+            temp.reset();
+        })
+    });
+    group.finish();
+}
+
+fn reset(c: &mut Criterion) {
+    let mut group = c.benchmark_group("reset");
+    let mut bump = bumpalo::Bump::with_capacity(1 << 20);
+    group.bench_function("bumpalo_reset", |b| {
+        b.iter(|| {
+            black_box(bump.alloc_layout(Layout::new::<u64>()));
+            bump.reset();
+        })
+    });
+    let mut temp = CachingAllocator::new();
+    group.bench_function("caching_reset", |b| {
+        b.iter(|| {
+            black_box(temp.allocate(Layout::new::<u64>()).unwrap());
+            temp.reset();
+        })
+    });
+    group.finish();
+}
+
+/// Requests each thread makes per window in the scaling benchmark.
+const PER_THREAD: usize = 4096;
+
+/// Time for `threads` threads to make `PER_THREAD` requests each from one
+/// allocator, then one reset; the work per thread is fixed, so perfect
+/// scaling keeps the time flat.
+fn run_threads(temp: &mut CachingAllocator, threads: usize, iters: u64) -> Duration {
+    let layout = Layout::from_size_align(64, 64).unwrap();
+    let start = Instant::now();
+    for _ in 0..iters {
+        let shared = &*temp;
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(move || {
+                    for _ in 0..PER_THREAD {
+                        black_box(shared.allocate(black_box(layout)).unwrap());
+                    }
+                });
+            }
+        });
+        temp.reset();
+    }
+    start.elapsed()
+}
+
+fn threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("threads");
+    for threads in [1, 2] {
+        group.throughput(Throughput::Elements((threads * PER_THREAD) as u64));
+        let mut temp = CachingAllocator::new();
+        group.bench_function(format!("caching_{threads}_threads"), |b| {
+            b.iter_custom(|iters| run_threads(&mut temp, threads, iters))
+        });
+    }
+    group.finish();
+}
+
+/// The median criterion measured for `group/bench`, in ns per iteration.
+fn median_ns(group: &str, bench: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{dir}/criterion/{group}/{bench}/new/estimates.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["median"]["point_estimate"].as_f64()
+}
+
+fn print_ratios() {
+    let get = |g, b| median_ns(g, b).unwrap_or(f64::NAN);
+    let bump = get("hot_path", "bumpalo_alloc_layout");
+    let caching = get("hot_path", "caching_kernel_context");
+    let malloc = get("hot_path", "malloc_kernel_context");
+    let one = get("threads", "caching_1_threads");
+    let two = get("threads", "caching_2_threads");
+    println!("\n== ratios (medians of this run; target in brackets)");
+    println!(
+        "hot path: caching via KernelContext / bumpalo alloc_layout = {:.2}x  [<= 2x]  ({:.2} vs {:.2} ns per request)",
+        caching / bump,
+        caching / BATCH as f64,
+        bump / BATCH as f64
+    );
+    println!("hot path: malloc / caching = {:.1}x", malloc / caching);
+    println!(
+        "reset: caching / bumpalo = {:.2}x",
+        get("reset", "caching_reset") / get("reset", "bumpalo_reset")
+    );
+    // Twice the requests in the same time is 2x the throughput.
+    println!(
+        "threads: 2-thread throughput / 1-thread = {:.2}x  [>= 1.8x]",
+        2.0 * one / two
+    );
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    hot_path(&mut c);
+    reset(&mut c);
+    threads(&mut c);
+    c.final_summary();
+    print_ratios();
+}
