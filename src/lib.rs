@@ -39,7 +39,11 @@
 //! }
 //! assert_eq!(temp.stats().resets, 3);
 //! ```
-#![deny(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![deny(
+    missing_docs,
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks
+)]
 
 mod bump;
 mod context;
