@@ -13,7 +13,10 @@ use crate::{Error, Stats, TempAllocator};
 /// already use bumpalo. `Send`, not `Sync`.
 ///
 /// An optional byte limit caps the chunks bumpalo may take from the system;
-/// a request beyond it is [`Error::BudgetExceeded`].
+/// a request beyond it is [`Error::BudgetExceeded`], whose `requested` is the
+/// bytes held plus the request. bumpalo takes chunks larger than the request
+/// (rounded up, usually doubling), so the limit can refuse a request even when
+/// `requested` is still under it.
 ///
 /// ```
 /// use tempalloc::{BumpAllocator, Error, KernelContext, TempAllocator};
@@ -75,6 +78,27 @@ impl BumpAllocator {
         &self.bump
     }
 
+    /// Why bumpalo refused `layout` when it held `held_before` bytes.
+    ///
+    /// A new chunk is larger than the request (bumpalo rounds it up and may
+    /// double it), so the limit can refuse a request even when `held_before`
+    /// plus its size is within the limit. Under a limit, the refusal is the
+    /// system's only if the system cannot provide the request's bytes now.
+    #[cold]
+    #[inline(never)]
+    fn failure(&self, layout: Layout, held_before: usize) -> Error {
+        let requested = held_before.saturating_add(layout.size());
+        match self.limit {
+            Some(limit) if requested > limit || system_can_provide(layout) => {
+                Error::BudgetExceeded { requested, limit }
+            }
+            _ => Error::OutOfMemory {
+                size: layout.size(),
+                align: layout.align(),
+            },
+        }
+    }
+
     /// Counts a chunk bumpalo took from the system since the last look.
     fn note_chunks(&self, held_before: usize) {
         let held = self.bump.allocated_bytes();
@@ -92,33 +116,24 @@ impl BumpAllocator {
 // `Bump::reset` or drop; we call `reset` only from `reset(&mut self)`.
 unsafe impl TempAllocator for BumpAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        let mut stats = self.stats.get();
-        stats.allocations += 1;
-        stats.bytes_requested += layout.size() as u64;
-        self.stats.set(stats);
         if layout.size() == 0 {
+            let mut stats = self.stats.get();
+            stats.allocations += 1;
+            self.stats.set(stats);
             return Ok(dangling(layout));
         }
         let held_before = self.bump.allocated_bytes();
         let ptr = self
             .bump
             .try_alloc_layout(layout)
-            .map_err(|_| match self.limit {
-                Some(limit) if held_before.saturating_add(layout.size()) > limit => {
-                    Error::BudgetExceeded {
-                        requested: held_before.saturating_add(layout.size()),
-                        limit,
-                    }
-                }
-                _ => Error::OutOfMemory {
-                    size: layout.size(),
-                    align: layout.align(),
-                },
-            })?;
+            .map_err(|_| self.failure(layout, held_before))?;
         self.note_chunks(held_before);
         let live = self.live_bytes.get() + layout.size();
         self.live_bytes.set(live);
+        // Counted only once served: a failed request is not an allocation.
         let mut stats = self.stats.get();
+        stats.allocations += 1;
+        stats.bytes_requested += layout.size() as u64;
         stats.high_water = stats.high_water.max(live);
         self.stats.set(stats);
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
@@ -139,4 +154,18 @@ unsafe impl TempAllocator for BumpAllocator {
     fn stats(&self) -> Stats {
         self.stats.get()
     }
+}
+
+/// Whether the system allocator can provide `layout` right now (the memory is
+/// returned at once, untouched).
+fn system_can_provide(layout: Layout) -> bool {
+    // SAFETY: `layout` has a non-zero size: zero-sized requests never reach
+    // bumpalo, so never reach here.
+    let ptr = unsafe { std::alloc::alloc(layout) };
+    if ptr.is_null() {
+        return false;
+    }
+    // SAFETY: `ptr` was just allocated with `layout` and is not used again.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    true
 }

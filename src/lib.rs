@@ -66,3 +66,8 @@ pub use error::Error;
 pub use malloc::MallocAllocator;
 pub use stats::Stats;
 pub use temp::TempAllocator;
+
+// The README's example compiles and runs as a doctest, so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -72,9 +72,8 @@ impl MallocAllocator {
 unsafe impl TempAllocator for MallocAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         let mut state = self.state();
-        state.stats.allocations += 1;
-        state.stats.bytes_requested += layout.size() as u64;
         if layout.size() == 0 {
+            state.stats.allocations += 1;
             return Ok(dangling(layout));
         }
         // Reserve the bookkeeping slot first: if that fails we have not yet
@@ -91,6 +90,9 @@ unsafe impl TempAllocator for MallocAllocator {
             align: layout.align(),
         })?;
         state.live.push(Live { ptr, layout });
+        // Counted only once served: a failed request is not an allocation.
+        state.stats.allocations += 1;
+        state.stats.bytes_requested += layout.size() as u64;
         state.live_bytes += layout.size();
         state.stats.system_allocations += 1;
         state.stats.bytes_held += layout.size();

@@ -1,0 +1,123 @@
+//! `with_context`, `KernelContext` plumbing and `SyncKernelContext` threads.
+
+use tempalloc::{
+    Error, KernelContext, MallocAllocator, SyncKernelContext, TempAllocator, with_context,
+};
+
+use crate::util::{check, fill, for_each_allocator};
+
+#[test]
+fn with_context_returns_the_value_and_resets_after() {
+    for_each_allocator(|name, temp| {
+        for step in 1..=3u64 {
+            let (sum, during) = with_context(temp, |ctx| {
+                let x = ctx.scratch::<u64>(100).unwrap();
+                x.iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v = i as u64 * step);
+                let during = ctx.temp().unwrap().stats();
+                (x.iter().sum::<u64>(), during)
+            });
+            assert_eq!(sum, 4950 * step, "{name}");
+            assert_eq!(
+                during.resets,
+                step - 1,
+                "{name}: reset happened before the closure ended"
+            );
+            let after = temp.stats();
+            assert_eq!(after.resets, step, "{name}");
+            assert_eq!(after.allocations, step, "{name}");
+            assert_eq!(after.high_water, 100 * 8, "{name}");
+        }
+    });
+}
+
+#[test]
+fn with_context_reports_kernel_failure() {
+    for_each_allocator(|name, temp| {
+        let failure = with_context(temp, |ctx| {
+            if let Err(e) = ctx.allocate_temp(64, 12) {
+                ctx.fail(e);
+            }
+            ctx.failure()
+        });
+        assert_eq!(
+            failure,
+            Some(Error::InvalidAlignment { align: 12 }),
+            "{name}"
+        );
+        assert_eq!(temp.stats().resets, 1, "{name}");
+    });
+}
+
+#[test]
+fn a_context_exposes_its_allocator() {
+    for_each_allocator(|name, temp| {
+        let ctx = KernelContext::new(temp);
+        ctx.allocate_temp(10, 1).unwrap();
+        let seen = ctx
+            .temp()
+            .expect("a context made with an allocator has one");
+        assert_eq!(seen.stats().allocations, 1, "{name}");
+        assert_eq!(ctx.failure(), None, "{name}");
+    });
+}
+
+#[test]
+fn sync_context_is_shared_by_worker_threads() {
+    const ROUNDS: usize = 50;
+    let mut temp = MallocAllocator::new();
+    {
+        let ctx = SyncKernelContext::new_sync(&temp);
+        std::thread::scope(|s| {
+            for worker in 0..2usize {
+                let ctx = &ctx;
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    for round in 0..ROUNDS {
+                        let tag = worker * 1000 + round;
+                        let buf = ctx.allocate_temp(64 + 37 * round, 64).unwrap();
+                        assert_eq!(buf.as_ptr() as usize % 64, 0);
+                        mine.push((fill(buf, tag), tag));
+                        let tile = ctx.scratch::<u32>(128).unwrap();
+                        assert!(tile.iter().all(|&v| v == 0), "scratch is zeroed");
+                        tile.fill(tag as u32);
+                        assert!(tile.iter().all(|&v| v == tag as u32));
+                    }
+                    for (buf, tag) in &mine {
+                        check(buf, *tag);
+                    }
+                });
+            }
+        });
+        assert_eq!(ctx.failure(), None);
+    }
+    let s = temp.stats();
+    let bytes: usize = (0..ROUNDS).map(|r| 64 + 37 * r + 128 * 4).sum();
+    assert_eq!(s.allocations, 2 * 2 * ROUNDS as u64);
+    assert_eq!(s.bytes_requested, 2 * bytes as u64);
+    assert_eq!(s.high_water, 2 * bytes);
+    temp.reset();
+    assert_eq!(temp.stats().system_frees, 2 * 2 * ROUNDS as u64);
+    assert_eq!(temp.stats().bytes_held, 0);
+}
+
+#[test]
+fn a_sync_context_records_one_failure_across_threads() {
+    let temp = MallocAllocator::new();
+    let ctx = SyncKernelContext::new_sync(&temp);
+    std::thread::scope(|s| {
+        for align in [3usize, 6] {
+            let ctx = &ctx;
+            s.spawn(move || ctx.fail(ctx.allocate_temp(8, align).unwrap_err()));
+        }
+    });
+    assert!(
+        matches!(
+            ctx.failure(),
+            Some(Error::InvalidAlignment { align: 3 | 6 })
+        ),
+        "{:?}",
+        ctx.failure()
+    );
+}

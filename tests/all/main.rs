@@ -1,0 +1,10 @@
+mod util;
+
+mod alignment;
+mod bump;
+mod context;
+mod errors;
+mod malloc;
+mod patterns;
+mod stats;
+mod vec_in;

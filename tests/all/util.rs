@@ -1,0 +1,68 @@
+//! Shared helpers: the allocators under test and byte patterns.
+
+use std::mem::MaybeUninit;
+
+use tempalloc::{BumpAllocator, MallocAllocator, TempAllocator};
+
+/// Makes a fresh allocator under test.
+pub type Make = fn() -> Box<dyn TempAllocator>;
+
+/// Every allocator the generic tests run against. Adding an allocator is one
+/// line here.
+pub const ALLOCATORS: &[(&str, Make)] = &[
+    ("MallocAllocator", || Box::new(MallocAllocator::new())),
+    ("BumpAllocator", || Box::new(BumpAllocator::new())),
+];
+
+/// Runs `f` once per allocator under test, each time with a fresh allocator
+/// and its name (for assertion messages).
+pub fn for_each_allocator(mut f: impl FnMut(&str, &mut dyn TempAllocator)) {
+    for (name, make) in ALLOCATORS {
+        let mut temp = make();
+        f(name, &mut *temp);
+    }
+}
+
+/// The byte a buffer tagged `tag` holds at `index`: differs between tags at
+/// almost every index, so an overlap between two live buffers shows up.
+pub fn pattern(tag: usize, index: usize) -> u8 {
+    let x = (tag as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (index as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    (x >> 56) as u8 ^ (x >> 17) as u8
+}
+
+/// Writes the pattern for `tag` into `buf` and returns it initialised.
+pub fn fill(buf: &mut [MaybeUninit<u8>], tag: usize) -> &mut [u8] {
+    for (i, b) in buf.iter_mut().enumerate() {
+        b.write(pattern(tag, i));
+    }
+    // SAFETY: every element was written just above, so all of `buf` is
+    // initialised, and `MaybeUninit<u8>` has the layout of `u8`.
+    unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) }
+}
+
+/// Panics with a useful message unless `buf` still holds the pattern for `tag`.
+pub fn check(buf: &[u8], tag: usize) {
+    if let Some(i) = (0..buf.len()).find(|&i| buf[i] != pattern(tag, i)) {
+        panic!("buffer {tag} ({} bytes) corrupted at byte {i}", buf.len());
+    }
+}
+
+/// The address of a slice's first element.
+pub fn addr<T>(s: &[T]) -> usize {
+    s.as_ptr() as usize
+}
+
+/// A small deterministic generator, so runs are repeatable.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next value in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}

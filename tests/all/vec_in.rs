@@ -1,0 +1,85 @@
+//! `allocator_api2` collections in scratch through `&KernelContext`.
+
+use allocator_api2::vec::Vec;
+use tempalloc::KernelContext;
+
+use crate::util::for_each_allocator;
+
+#[test]
+fn a_vec_grows_through_many_reallocations_intact() {
+    for_each_allocator(|name, temp| {
+        let ctx = KernelContext::new(temp);
+        let mut v = Vec::new_in(&ctx);
+        let mut growths = 0u64;
+        let mut capacity = v.capacity();
+        for i in 0..100_000u64 {
+            v.push(i * 3 + 1);
+            if v.capacity() != capacity {
+                growths += 1;
+                capacity = v.capacity();
+            }
+        }
+        assert!(growths >= 5, "{name}: only {growths} growths");
+        assert!(
+            v.iter().enumerate().all(|(i, &x)| x == i as u64 * 3 + 1),
+            "{name}"
+        );
+        assert_eq!(
+            temp.stats().allocations,
+            growths,
+            "{name}: one scratch request per growth"
+        );
+    });
+}
+
+#[test]
+fn interleaved_vecs_do_not_clobber_each_other() {
+    for_each_allocator(|name, temp| {
+        let ctx = KernelContext::new(temp);
+        let mut a = Vec::new_in(&ctx);
+        let mut b = Vec::new_in(&ctx);
+        let mut c: Vec<[u8; 3], _> = Vec::new_in(&ctx);
+        for i in 0..20_000u32 {
+            a.push(i);
+            b.push(u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            c.push([i as u8, (i >> 8) as u8, 0xA5]);
+        }
+        assert!(a.iter().enumerate().all(|(i, &x)| x == i as u32), "{name}");
+        assert!(
+            b.iter()
+                .enumerate()
+                .all(|(i, &x)| x == (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            "{name}"
+        );
+        assert!(
+            c.iter()
+                .enumerate()
+                .all(|(i, x)| *x == [i as u8, (i >> 8) as u8, 0xA5]),
+            "{name}"
+        );
+        a.truncate(10);
+        a.shrink_to_fit();
+        assert_eq!(
+            &a[..],
+            &(0..10).collect::<std::vec::Vec<u32>>()[..],
+            "{name}"
+        );
+    });
+}
+
+#[repr(align(4096))]
+#[derive(Clone, Copy, PartialEq, Debug)]
+struct PageTile(u32);
+
+#[test]
+fn over_aligned_elements_stay_aligned_as_the_vec_grows() {
+    for_each_allocator(|name, temp| {
+        let ctx = KernelContext::new(temp);
+        let mut v = Vec::new_in(&ctx);
+        for i in 0..40 {
+            v.push(PageTile(i));
+            assert_eq!(v.as_ptr() as usize % 4096, 0, "{name}");
+        }
+        assert!(v.iter().enumerate().all(|(i, t)| t.0 == i as u32), "{name}");
+    });
+}
