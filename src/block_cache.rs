@@ -217,19 +217,15 @@ impl BlockCache {
             return Ok(Acquired { block, hit: true });
         }
         if let Some(limit) = self.max_bytes {
-            // Make room by freeing idle blocks before refusing.
-            let room = limit.saturating_sub(size);
-            if state.stats.bytes_held > room {
-                let target = state
-                    .idle_bytes
-                    .saturating_sub(state.stats.bytes_held - room);
+            if state.stats.bytes_held.saturating_add(size) > limit {
+                // Make room by freeing idle blocks before refusing.
+                let over = state.stats.bytes_held.saturating_add(size) - limit;
+                let target = state.idle_bytes.saturating_sub(over);
                 state.evict_to(target);
             }
-            if state.stats.bytes_held > room {
-                return Err(Error::BudgetExceeded {
-                    requested: state.stats.bytes_held.saturating_add(size),
-                    limit,
-                });
+            let requested = state.stats.bytes_held.saturating_add(size);
+            if requested > limit {
+                return Err(Error::BudgetExceeded { requested, limit });
             }
         }
         let injected = self

@@ -2,7 +2,7 @@
 
 use std::mem::MaybeUninit;
 
-use tempalloc::{BumpAllocator, MallocAllocator, TempAllocator};
+use tempalloc::{BumpAllocator, CachingAllocator, MallocAllocator, TempAllocator};
 
 /// Makes a fresh allocator under test.
 pub type Make = fn() -> Box<dyn TempAllocator>;
@@ -12,6 +12,7 @@ pub type Make = fn() -> Box<dyn TempAllocator>;
 pub const ALLOCATORS: &[(&str, Make)] = &[
     ("MallocAllocator", || Box::new(MallocAllocator::new())),
     ("BumpAllocator", || Box::new(BumpAllocator::new())),
+    ("CachingAllocator", || Box::new(CachingAllocator::new())),
 ];
 
 /// Runs `f` once per allocator under test, each time with a fresh allocator
