@@ -5,6 +5,7 @@
 
 use std::alloc::Layout;
 use std::hint::black_box;
+use std::sync::{Barrier, RwLock};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
@@ -84,37 +85,53 @@ fn reset(c: &mut Criterion) {
 }
 
 /// Requests each thread makes per window in the scaling benchmark.
-const PER_THREAD: usize = 4096;
+const PER_THREAD: usize = 256 * 1024;
 
 /// Time for `threads` threads to make `PER_THREAD` requests each from one
-/// allocator, then one reset; the work per thread is fixed, so perfect
-/// scaling keeps the time flat.
-fn run_threads(temp: &mut CachingAllocator, threads: usize, iters: u64) -> Duration {
+/// allocator per round, `rounds` times, with a reset between rounds. The
+/// threads live across rounds (a barrier starts each one) so that spawning
+/// is not measured; the work per thread is fixed, so perfect scaling keeps
+/// the time flat as threads are added.
+fn run_threads(threads: usize, rounds: u64) -> Duration {
     let layout = Layout::from_size_align(64, 64).unwrap();
-    let start = Instant::now();
-    for _ in 0..iters {
-        let shared = &*temp;
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(move || {
-                    for _ in 0..PER_THREAD {
-                        black_box(shared.allocate(black_box(layout)).unwrap());
+    // Threads allocate under the read lock, the reset takes the write lock:
+    // one uncontended lock operation per thread per round, not per request.
+    let temp = RwLock::new(CachingAllocator::new());
+    let start_round = Barrier::new(threads + 1);
+    let end_round = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..rounds {
+                    start_round.wait();
+                    {
+                        let temp = temp.read().unwrap();
+                        for _ in 0..PER_THREAD {
+                            black_box(temp.allocate(black_box(layout)).unwrap());
+                        }
                     }
-                });
-            }
-        });
-        temp.reset();
-    }
-    start.elapsed()
+                    end_round.wait();
+                }
+            });
+        }
+        let mut elapsed = Duration::ZERO;
+        for _ in 0..rounds {
+            let start = Instant::now();
+            start_round.wait();
+            end_round.wait();
+            elapsed += start.elapsed();
+            temp.write().unwrap().reset();
+        }
+        elapsed
+    })
 }
 
 fn threads(c: &mut Criterion) {
     let mut group = c.benchmark_group("threads");
     for threads in [1, 2] {
         group.throughput(Throughput::Elements((threads * PER_THREAD) as u64));
-        let mut temp = CachingAllocator::new();
         group.bench_function(format!("caching_{threads}_threads"), |b| {
-            b.iter_custom(|iters| run_threads(&mut temp, threads, iters))
+            b.iter_custom(|rounds| run_threads(threads, rounds))
         });
     }
     group.finish();

@@ -2,6 +2,7 @@ mod util;
 
 mod alignment;
 mod bump;
+mod caching;
 mod context;
 mod errors;
 mod malloc;

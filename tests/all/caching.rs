@@ -1,0 +1,337 @@
+//! `CachingAllocator` and `BlockCache`: reuse, convergence, budgets,
+//! checkpoints, threads and cache sharing.
+
+use std::alloc::Layout;
+use std::sync::Arc;
+
+use tempalloc::{
+    BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, SyncKernelContext,
+    TempAllocator,
+};
+
+use crate::util::{addr, check, fill};
+
+/// Sizes a kernel window asks for, in order.
+const WINDOW: [(usize, usize); 5] = [(4096, 64), (65536, 64), (262144, 64), (1024, 16), (512, 128)];
+
+/// Runs one window of `WINDOW` requests and returns their addresses.
+fn run_window(temp: &mut CachingAllocator) -> Vec<usize> {
+    let addrs = {
+        let ctx = KernelContext::new(temp);
+        WINDOW
+            .iter()
+            .map(|&(size, align)| addr(ctx.allocate_temp(size, align).unwrap()))
+            .collect()
+    };
+    temp.reset();
+    addrs
+}
+
+#[test]
+fn reset_hands_back_the_same_addresses() {
+    let mut temp = CachingAllocator::new();
+    run_window(&mut temp); // warm-up: learns the window's size
+    let first = run_window(&mut temp);
+    for _ in 0..10 {
+        assert_eq!(run_window(&mut temp), first);
+    }
+}
+
+#[test]
+fn warm_up_converges_to_one_block_and_no_system_calls() {
+    let mut temp = CachingAllocator::new();
+    run_window(&mut temp);
+    let warm = temp.stats();
+    // The first window outgrew the 64 KiB first block, so it took several.
+    assert!(warm.system_allocations > 1, "{warm}");
+    run_window(&mut temp);
+    let converged = temp.stats();
+    assert_eq!(converged.system_allocations - converged.system_frees, 1, "one block: {converged}");
+    for _ in 0..50 {
+        run_window(&mut temp);
+    }
+    let after = temp.stats();
+    assert_eq!(after.system_allocations, converged.system_allocations, "{after}");
+    assert_eq!(after.system_frees, converged.system_frees, "{after}");
+    let peak: usize = WINDOW.iter().map(|&(s, _)| s).sum();
+    assert_eq!(after.high_water, peak);
+    assert!(after.bytes_held as f64 <= 1.25 * peak as f64, "{after}");
+}
+
+#[test]
+fn growing_windows_keep_converging() {
+    // Like decode: every window a little larger than the last.
+    let mut temp = CachingAllocator::new();
+    let mut grows = 0;
+    for step in 0..400usize {
+        let before = temp.stats().system_allocations;
+        {
+            let ctx = KernelContext::new(&temp);
+            ctx.allocate_temp(100_000 + step * 1000, 64).unwrap();
+            ctx.allocate_temp(50_000 + step * 500, 64).unwrap();
+        }
+        temp.reset();
+        grows += usize::from(temp.stats().system_allocations > before);
+        let s = temp.stats();
+        // Held never passes 1.25x the peak window, once a window has ended.
+        assert!(s.bytes_held as f64 <= 1.25 * s.high_water as f64 + 4096.0 * 2.0, "step {step}: {s}");
+    }
+    // Size classes grow by 12.5%: the 4x growth takes a few dozen steps, not 400.
+    assert!(grows < 40, "{grows} windows needed a system allocation");
+    // The same shape again: no system calls.
+    let s = temp.stats();
+    {
+        let ctx = KernelContext::new(&temp);
+        ctx.allocate_temp(100_000 + 399 * 1000, 64).unwrap();
+        ctx.allocate_temp(50_000 + 399 * 500, 64).unwrap();
+    }
+    temp.reset();
+    assert_eq!(temp.stats().system_allocations, s.system_allocations);
+}
+
+#[test]
+fn smaller_windows_reuse_the_block() {
+    let mut temp = CachingAllocator::new();
+    KernelContext::new(&temp).allocate_temp(1 << 20, 64).unwrap();
+    temp.reset();
+    let s = temp.stats();
+    for size in [10, 1000, 100_000, 1 << 20] {
+        KernelContext::new(&temp).allocate_temp(size, 4096).unwrap();
+        temp.reset();
+    }
+    assert_eq!(temp.stats().system_allocations, s.system_allocations);
+}
+
+#[test]
+fn budget_exceeded_leaves_earlier_allocations_intact() {
+    let mut temp = CachingAllocator::with_config(CachingConfig::default().max_bytes(Some(1 << 20)));
+    {
+        let ctx = KernelContext::new(&temp);
+        let a = fill(ctx.allocate_temp(30_000, 64).unwrap(), 1);
+        let b = fill(ctx.allocate_temp(20_000, 8).unwrap(), 2);
+        let err = ctx.allocate_temp(2 << 20, 64).unwrap_err();
+        match err {
+            Error::BudgetExceeded { requested, limit } => {
+                assert_eq!(limit, 1 << 20);
+                assert!(requested > limit, "{err}");
+            }
+            other => panic!("expected BudgetExceeded, got {other}"),
+        }
+        check(a, 1);
+        check(b, 2);
+        // Still usable after the refusal.
+        let c = fill(ctx.allocate_temp(1000, 64).unwrap(), 3);
+        check(a, 1);
+        check(c, 3);
+    }
+    temp.reset();
+    assert!(temp.stats().bytes_held <= 1 << 20);
+}
+
+#[test]
+fn checkpoints_nest_three_deep() {
+    let mut temp = CachingAllocator::new();
+    let inference = fill(KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(), 0);
+    let inference_ptr = inference.as_ptr();
+
+    let cp1 = temp.checkpoint();
+    let a1 = addr(KernelContext::new(&temp).allocate_temp(3000, 64).unwrap());
+    let cp2 = temp.checkpoint();
+    let a2 = addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap());
+    let cp3 = temp.checkpoint();
+    // Past the first block: the rewind must hand back the new block too.
+    let a3 = addr(KernelContext::new(&temp).allocate_temp(200_000, 64).unwrap());
+    let held_deep = temp.stats().bytes_held;
+
+    temp.rewind(cp3).unwrap();
+    assert!(temp.stats().bytes_held < held_deep, "the overflow block went back");
+    assert_eq!(addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()), a2 + 5056);
+    temp.rewind(cp2).unwrap();
+    assert_eq!(addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()), a2);
+    temp.rewind(cp1).unwrap();
+    assert_eq!(addr(KernelContext::new(&temp).allocate_temp(3000, 64).unwrap()), a1);
+    assert_ne!(a3, a1);
+
+    // The inference's scratch was never recycled: its bytes are intact.
+    // SAFETY: the 10 000 bytes at `inference_ptr` were allocated before every
+    // checkpoint, so no rewind recycled them, and no reset has happened.
+    let inference = unsafe { std::slice::from_raw_parts(inference_ptr, 10_000) };
+    check(inference, 0);
+    let s = temp.stats();
+    assert_eq!(s.high_water, 10_000 + 3000 + 5000 + 200_000);
+    assert_eq!(s.allocations, 7);
+}
+
+#[test]
+fn stale_checkpoints_are_refused() {
+    let mut temp = CachingAllocator::new();
+    let cp = temp.checkpoint();
+    KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
+    temp.reset();
+    assert_eq!(temp.rewind(cp).unwrap_err(), Error::StaleCheckpoint { taken_at: 0, now: 1 });
+
+    let other = CachingAllocator::new();
+    assert!(matches!(temp.rewind(other.checkpoint()), Err(Error::StaleCheckpoint { .. })));
+
+    // A checkpoint inside a block released by an earlier rewind.
+    let outer = temp.checkpoint();
+    KernelContext::new(&temp).allocate_temp(500_000, 64).unwrap();
+    let inner = temp.checkpoint();
+    temp.rewind(outer).unwrap();
+    assert!(matches!(temp.rewind(inner), Err(Error::StaleCheckpoint { .. })));
+}
+
+#[test]
+fn threads_write_and_verify_their_own_scratch() {
+    for threads in 2..=4 {
+        let mut temp = CachingAllocator::new();
+        for round in 0..3 {
+            let ctx = SyncKernelContext::new_sync(&temp);
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let ctx = &ctx;
+                    s.spawn(move || {
+                        let tag = |i: usize| (round * 1000 + t * 100 + i) as usize;
+                        let bufs: Vec<_> = (0..50)
+                            .map(|i| fill(ctx.allocate_temp(100 + i * 37, 64).unwrap(), tag(i)))
+                            .collect();
+                        for (i, buf) in bufs.iter().enumerate() {
+                            check(buf, tag(i));
+                        }
+                    });
+                }
+            });
+            drop(ctx);
+            let s = temp.stats();
+            assert_eq!(s.allocations as usize, (round + 1) * threads * 50);
+            temp.reset();
+        }
+    }
+}
+
+#[test]
+fn more_threads_than_slots_share_the_fallback() {
+    let temp = CachingAllocator::new();
+    let threads = 24;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let temp = &temp;
+            s.spawn(move || {
+                let ctx = KernelContext::new(temp);
+                let bufs: Vec<_> = (0..20).map(|i| fill(ctx.allocate_temp(64 + i, 16).unwrap(), t * 20 + i)).collect();
+                for (i, buf) in bufs.iter().enumerate() {
+                    check(buf, t * 20 + i);
+                }
+            });
+        }
+    });
+    assert_eq!(temp.stats().allocations, threads as u64 * 20);
+}
+
+#[test]
+fn allocators_share_one_block_cache() {
+    let cache = Arc::new(BlockCache::new(16 << 20));
+    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+    let b = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+    let a_ptr = addr(KernelContext::new(&a).allocate_temp(200_000, 64).unwrap());
+    a.release();
+    assert!(cache.idle_bytes() >= 200_000);
+    let b_ptr = addr(KernelContext::new(&b).allocate_temp(200_000, 64).unwrap());
+    assert_eq!(a_ptr, b_ptr, "b got the block a gave back");
+    let s = cache.stats();
+    assert_eq!((s.cache_hits, s.cache_misses, s.system_allocations), (1, 1, 1));
+    assert_eq!(b.stats().cache_hits, 1);
+    assert_eq!(b.stats().system_allocations, 0);
+}
+
+#[test]
+fn cache_frees_least_recently_used_down_to_its_budget() {
+    let cache = Arc::new(BlockCache::new(600 << 10));
+    let sizes = [256 << 10, 128 << 10, 384 << 10];
+    let mut allocators: Vec<_> = sizes
+        .iter()
+        .map(|&size| {
+            let temp = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+            KernelContext::new(&temp).allocate_temp(size, 4096).unwrap();
+            temp
+        })
+        .collect();
+    assert_eq!(cache.stats().bytes_held, sizes.iter().sum::<usize>());
+    // Given back in order: 256 KiB, 128 KiB (idle 384 KiB), then 384 KiB: over
+    // budget, so the oldest (256 KiB) goes, leaving 128 + 384 = 512 KiB.
+    for temp in &mut allocators {
+        temp.release();
+    }
+    assert_eq!(cache.idle_bytes(), (128 + 384) << 10);
+    assert_eq!(cache.stats().system_frees, 1);
+    assert_eq!(cache.trim(400 << 10), 128 << 10, "trim frees the least recently used first");
+    assert_eq!(cache.idle_bytes(), 384 << 10);
+    assert_eq!(cache.release_all(), 384 << 10);
+    let s = cache.stats();
+    assert_eq!((s.bytes_held, s.system_allocations, s.system_frees), (0, 3, 3));
+}
+
+#[test]
+fn hard_limit_frees_idle_blocks_before_refusing() {
+    let cache = Arc::new(BlockCache::with_limits(8 << 20, Some(1 << 20)));
+    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+    KernelContext::new(&a).allocate_temp(600 << 10, 64).unwrap();
+    a.release();
+    assert!(cache.idle_bytes() >= 600 << 10); // a whole size class
+    // 800 KiB does not fit beside the idle 600 KiB block: the idle one goes.
+    let b = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+    KernelContext::new(&b).allocate_temp(800 << 10, 64).unwrap();
+    assert_eq!(cache.idle_bytes(), 0);
+    // Nothing idle is left to free, so this one is refused.
+    let err = KernelContext::new(&a).allocate_temp(800 << 10, 64).unwrap_err();
+    assert!(matches!(err, Error::BudgetExceeded { limit, .. } if limit == 1 << 20), "{err}");
+}
+
+#[test]
+fn dedicated_blocks_are_recycled_at_reset() {
+    let config = CachingConfig::default().dedicated_threshold(Some(1 << 20)).max_cached_bytes(64 << 20);
+    let mut temp = CachingAllocator::with_config(config);
+    for _ in 0..5 {
+        {
+            let ctx = KernelContext::new(&temp);
+            let big = fill(ctx.allocate_temp(3 << 20, 4096).unwrap(), 7);
+            let small = fill(ctx.allocate_temp(1000, 64).unwrap(), 8);
+            assert_eq!(addr(big) % 4096, 0);
+            check(big, 7);
+            check(small, 8);
+        }
+        temp.reset();
+    }
+    let s = temp.stats();
+    // One dedicated block and one bump block, each taken from the system once.
+    assert_eq!(s.system_allocations, 2, "{s}");
+    assert_eq!(s.cache_hits, 4, "{s}");
+    assert_eq!(s.high_water, (3 << 20) + 1000);
+}
+
+#[test]
+fn drop_gives_everything_back() {
+    let cache = Arc::new(BlockCache::new(0));
+    {
+        let mut temp = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+        for size in [1000, 100_000, 3_000_000] {
+            KernelContext::new(&temp).allocate_temp(size, 64).unwrap();
+        }
+        temp.reset();
+        KernelContext::new(&temp).allocate_temp(10, 64).unwrap();
+        assert!(cache.stats().bytes_held > 0);
+    }
+    let s = cache.stats();
+    assert_eq!(s.bytes_held, 0, "{s}");
+    assert_eq!(s.system_allocations, s.system_frees, "{s}");
+}
+
+#[test]
+fn layouts_past_the_block_alignment_are_honoured() {
+    let mut temp = CachingAllocator::new();
+    for align in [8192, 1 << 16, 1 << 21] {
+        let p = temp.allocate(Layout::from_size_align(100, align).unwrap()).unwrap();
+        assert_eq!(p.cast::<u8>().as_ptr() as usize % align, 0);
+    }
+    temp.reset();
+}
