@@ -12,7 +12,13 @@ use tempalloc::{
 use crate::util::{addr, check, fill};
 
 /// Sizes a kernel window asks for, in order.
-const WINDOW: [(usize, usize); 5] = [(4096, 64), (65536, 64), (262144, 64), (1024, 16), (512, 128)];
+const WINDOW: [(usize, usize); 5] = [
+    (4096, 64),
+    (65536, 64),
+    (262144, 64),
+    (1024, 16),
+    (512, 128),
+];
 
 /// Runs one window of `WINDOW` requests and returns their addresses.
 fn run_window(temp: &mut CachingAllocator) -> Vec<usize> {
@@ -46,12 +52,19 @@ fn warm_up_converges_to_one_block_and_no_system_calls() {
     assert!(warm.system_allocations > 1, "{warm}");
     run_window(&mut temp);
     let converged = temp.stats();
-    assert_eq!(converged.system_allocations - converged.system_frees, 1, "one block: {converged}");
+    assert_eq!(
+        converged.system_allocations - converged.system_frees,
+        1,
+        "one block: {converged}"
+    );
     for _ in 0..50 {
         run_window(&mut temp);
     }
     let after = temp.stats();
-    assert_eq!(after.system_allocations, converged.system_allocations, "{after}");
+    assert_eq!(
+        after.system_allocations, converged.system_allocations,
+        "{after}"
+    );
     assert_eq!(after.system_frees, converged.system_frees, "{after}");
     let peak: usize = WINDOW.iter().map(|&(s, _)| s).sum();
     assert_eq!(after.high_water, peak);
@@ -74,7 +87,10 @@ fn growing_windows_keep_converging() {
         grows += usize::from(temp.stats().system_allocations > before);
         let s = temp.stats();
         // Held never passes 1.25x the peak window, once a window has ended.
-        assert!(s.bytes_held as f64 <= 1.25 * s.high_water as f64 + 4096.0 * 2.0, "step {step}: {s}");
+        assert!(
+            s.bytes_held as f64 <= 1.25 * s.high_water as f64 + 4096.0 * 2.0,
+            "step {step}: {s}"
+        );
     }
     // Size classes grow by 12.5%: the 4x growth takes a few dozen steps, not 400.
     assert!(grows < 40, "{grows} windows needed a system allocation");
@@ -92,7 +108,9 @@ fn growing_windows_keep_converging() {
 #[test]
 fn smaller_windows_reuse_the_block() {
     let mut temp = CachingAllocator::new();
-    KernelContext::new(&temp).allocate_temp(1 << 20, 64).unwrap();
+    KernelContext::new(&temp)
+        .allocate_temp(1 << 20, 64)
+        .unwrap();
     temp.reset();
     let s = temp.stats();
     for size in [10, 1000, 100_000, 1 << 20] {
@@ -131,7 +149,10 @@ fn budget_exceeded_leaves_earlier_allocations_intact() {
 #[test]
 fn checkpoints_nest_three_deep() {
     let mut temp = CachingAllocator::new();
-    let inference = fill(KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(), 0);
+    let inference = fill(
+        KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
+        0,
+    );
     let inference_ptr = inference.as_ptr();
 
     let cp1 = temp.checkpoint();
@@ -140,16 +161,32 @@ fn checkpoints_nest_three_deep() {
     let a2 = addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap());
     let cp3 = temp.checkpoint();
     // Past the first block: the rewind must hand back the new block too.
-    let a3 = addr(KernelContext::new(&temp).allocate_temp(200_000, 64).unwrap());
+    let a3 = addr(
+        KernelContext::new(&temp)
+            .allocate_temp(200_000, 64)
+            .unwrap(),
+    );
     let held_deep = temp.stats().bytes_held;
 
     temp.rewind(cp3).unwrap();
-    assert!(temp.stats().bytes_held < held_deep, "the overflow block went back");
-    assert_eq!(addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()), a2 + 5056);
+    assert!(
+        temp.stats().bytes_held < held_deep,
+        "the overflow block went back"
+    );
+    assert_eq!(
+        addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()),
+        a2 + 5056
+    );
     temp.rewind(cp2).unwrap();
-    assert_eq!(addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()), a2);
+    assert_eq!(
+        addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()),
+        a2
+    );
     temp.rewind(cp1).unwrap();
-    assert_eq!(addr(KernelContext::new(&temp).allocate_temp(3000, 64).unwrap()), a1);
+    assert_eq!(
+        addr(KernelContext::new(&temp).allocate_temp(3000, 64).unwrap()),
+        a1
+    );
     assert_ne!(a3, a1);
 
     // The inference's scratch was never recycled: its bytes are intact.
@@ -168,17 +205,31 @@ fn stale_checkpoints_are_refused() {
     let cp = temp.checkpoint();
     KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
     temp.reset();
-    assert_eq!(temp.rewind(cp).unwrap_err(), Error::StaleCheckpoint { taken_at: 0, now: 1 });
+    assert_eq!(
+        temp.rewind(cp).unwrap_err(),
+        Error::StaleCheckpoint {
+            taken_at: 0,
+            now: 1
+        }
+    );
 
     let other = CachingAllocator::new();
-    assert!(matches!(temp.rewind(other.checkpoint()), Err(Error::StaleCheckpoint { .. })));
+    assert!(matches!(
+        temp.rewind(other.checkpoint()),
+        Err(Error::StaleCheckpoint { .. })
+    ));
 
     // A checkpoint inside a block released by an earlier rewind.
     let outer = temp.checkpoint();
-    KernelContext::new(&temp).allocate_temp(500_000, 64).unwrap();
+    KernelContext::new(&temp)
+        .allocate_temp(500_000, 64)
+        .unwrap();
     let inner = temp.checkpoint();
     temp.rewind(outer).unwrap();
-    assert!(matches!(temp.rewind(inner), Err(Error::StaleCheckpoint { .. })));
+    assert!(matches!(
+        temp.rewind(inner),
+        Err(Error::StaleCheckpoint { .. })
+    ));
 }
 
 #[test]
@@ -218,7 +269,9 @@ fn more_threads_than_slots_share_the_fallback() {
             let temp = &temp;
             s.spawn(move || {
                 let ctx = KernelContext::new(temp);
-                let bufs: Vec<_> = (0..20).map(|i| fill(ctx.allocate_temp(64 + i, 16).unwrap(), t * 20 + i)).collect();
+                let bufs: Vec<_> = (0..20)
+                    .map(|i| fill(ctx.allocate_temp(64 + i, 16).unwrap(), t * 20 + i))
+                    .collect();
                 for (i, buf) in bufs.iter().enumerate() {
                     check(buf, t * 20 + i);
                 }
@@ -239,7 +292,10 @@ fn allocators_share_one_block_cache() {
     let b_ptr = addr(KernelContext::new(&b).allocate_temp(200_000, 64).unwrap());
     assert_eq!(a_ptr, b_ptr, "b got the block a gave back");
     let s = cache.stats();
-    assert_eq!((s.cache_hits, s.cache_misses, s.system_allocations), (1, 1, 1));
+    assert_eq!(
+        (s.cache_hits, s.cache_misses, s.system_allocations),
+        (1, 1, 1)
+    );
     assert_eq!(b.stats().cache_hits, 1);
     assert_eq!(b.stats().system_allocations, 0);
 }
@@ -264,11 +320,18 @@ fn cache_frees_least_recently_used_down_to_its_budget() {
     }
     assert_eq!(cache.idle_bytes(), (128 + 384) << 10);
     assert_eq!(cache.stats().system_frees, 1);
-    assert_eq!(cache.trim(400 << 10), 128 << 10, "trim frees the least recently used first");
+    assert_eq!(
+        cache.trim(400 << 10),
+        128 << 10,
+        "trim frees the least recently used first"
+    );
     assert_eq!(cache.idle_bytes(), 384 << 10);
     assert_eq!(cache.release_all(), 384 << 10);
     let s = cache.stats();
-    assert_eq!((s.bytes_held, s.system_allocations, s.system_frees), (0, 3, 3));
+    assert_eq!(
+        (s.bytes_held, s.system_allocations, s.system_frees),
+        (0, 3, 3)
+    );
 }
 
 #[test]
@@ -283,13 +346,20 @@ fn hard_limit_frees_idle_blocks_before_refusing() {
     KernelContext::new(&b).allocate_temp(800 << 10, 64).unwrap();
     assert_eq!(cache.idle_bytes(), 0);
     // Nothing idle is left to free, so this one is refused.
-    let err = KernelContext::new(&a).allocate_temp(800 << 10, 64).unwrap_err();
-    assert!(matches!(err, Error::BudgetExceeded { limit, .. } if limit == 1 << 20), "{err}");
+    let err = KernelContext::new(&a)
+        .allocate_temp(800 << 10, 64)
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BudgetExceeded { limit, .. } if limit == 1 << 20),
+        "{err}"
+    );
 }
 
 #[test]
 fn dedicated_blocks_are_recycled_at_reset() {
-    let config = CachingConfig::default().dedicated_threshold(Some(1 << 20)).max_cached_bytes(64 << 20);
+    let config = CachingConfig::default()
+        .dedicated_threshold(Some(1 << 20))
+        .max_cached_bytes(64 << 20);
     let mut temp = CachingAllocator::with_config(config);
     for _ in 0..5 {
         {
@@ -330,7 +400,9 @@ fn drop_gives_everything_back() {
 fn layouts_past_the_block_alignment_are_honoured() {
     let mut temp = CachingAllocator::new();
     for align in [8192, 1 << 16, 1 << 21] {
-        let p = temp.allocate(Layout::from_size_align(100, align).unwrap()).unwrap();
+        let p = temp
+            .allocate(Layout::from_size_align(100, align).unwrap())
+            .unwrap();
         assert_eq!(p.cast::<u8>().as_ptr() as usize % align, 0);
     }
     temp.reset();

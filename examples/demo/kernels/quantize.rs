@@ -1,0 +1,170 @@
+//! Per-row symmetric int8 quantization and the quantized linear layer built on
+//! it: activations are quantized on the fly into scratch (int8 rows plus one
+//! `f32` scale per row) and multiplied with int8 weights in `i32`, the way
+//! CPU LLM runtimes run their linear layers.
+
+use tempalloc::{Error, KernelContext};
+
+use super::report;
+
+/// A `rows x cols` matrix as int8 rows with one scale per row. Weights are
+/// owned, never scratch: they outlive every reset.
+#[derive(Debug, Clone)]
+pub struct QuantMatrix {
+    rows: usize,
+    cols: usize,
+    values: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+impl QuantMatrix {
+    /// Quantizes a row-major `rows x cols` matrix.
+    pub fn quantize(values: &[f32], rows: usize, cols: usize) -> Self {
+        assert_eq!(values.len(), rows * cols, "matrix is not {rows} x {cols}");
+        let mut q = QuantMatrix {
+            rows,
+            cols,
+            values: vec![0; values.len()],
+            scales: vec![0.0; rows],
+        };
+        quantize_rows(values, cols, &mut q.values, &mut q.scales);
+        q
+    }
+}
+
+/// Quantizes each `cols`-wide row of `x` so that `row ≈ scale * q` with
+/// `|error| <= scale / 2`: the scale maps the row's largest magnitude to 127.
+pub fn quantize_rows(x: &[f32], cols: usize, q: &mut [i8], scales: &mut [f32]) {
+    let rows = x.chunks_exact(cols).zip(q.chunks_exact_mut(cols));
+    for ((row, q_row), scale) in rows.zip(scales) {
+        let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        *scale = max / 127.0;
+        // An all-zero row keeps scale 0 and zero codes instead of dividing by 0.
+        let inv = if max > 0.0 { 127.0 / max } else { 0.0 };
+        for (code, &v) in q_row.iter_mut().zip(row) {
+            // `|v * inv| <= 127`, so the cast cannot saturate.
+            *code = (v * inv).round() as i8;
+        }
+    }
+}
+
+/// The inverse of [`quantize_rows`], up to rounding.
+#[cfg(test)]
+pub fn dequantize_rows(q: &[i8], scales: &[f32], cols: usize, out: &mut [f32]) {
+    let rows = q.chunks_exact(cols).zip(out.chunks_exact_mut(cols));
+    for ((q_row, out_row), &scale) in rows.zip(scales) {
+        for (o, &code) in out_row.iter_mut().zip(q_row) {
+            *o = f32::from(code) * scale;
+        }
+    }
+}
+
+/// `out = x * w^T`: `x` is `rows x w.cols()`, `out` is `rows x w.rows()`.
+/// Scratch: the int8 copy of `x` and its per-row scales.
+pub fn qlinear(ctx: &KernelContext, x: &[f32], w: &QuantMatrix, out: &mut [f32]) {
+    let result = qlinear_in(ctx, x, w, out);
+    report(ctx, result);
+}
+
+fn qlinear_in(
+    ctx: &KernelContext,
+    x: &[f32],
+    w: &QuantMatrix,
+    out: &mut [f32],
+) -> Result<(), Error> {
+    let rows = x.len() / w.cols;
+    debug_assert_eq!(x.len(), rows * w.cols, "input rows are not {} wide", w.cols);
+    debug_assert_eq!(
+        out.len(),
+        rows * w.rows,
+        "output is not {rows} x {}",
+        w.rows
+    );
+    let codes = ctx.scratch::<i8>(x.len())?;
+    let scales = ctx.scratch::<f32>(rows)?;
+    quantize_rows(x, w.cols, codes, scales);
+
+    let x_rows = codes.chunks_exact(w.cols).zip(scales.iter());
+    for ((x_row, &x_scale), out_row) in x_rows.zip(out.chunks_exact_mut(w.rows)) {
+        let w_rows = w.values.chunks_exact(w.cols).zip(&w.scales);
+        for (o, (w_row, &w_scale)) in out_row.iter_mut().zip(w_rows) {
+            *o = dot_i8(x_row, w_row) as f32 * x_scale * w_scale;
+        }
+    }
+    Ok(())
+}
+
+/// Exact int8 dot product; `i32` cannot overflow below 2^17 elements.
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use tempalloc::{KernelContext, MallocAllocator};
+
+    use super::*;
+    use crate::reference;
+    use crate::rng::Rng;
+
+    #[test]
+    fn round_trip_error_is_at_most_half_a_step() {
+        let (rows, cols) = (7, 33);
+        let mut x = Rng::new(1).vec(rows * cols, 3.0);
+        x[cols..2 * cols].fill(0.0); // an all-zero row must not divide by zero
+        let (mut q, mut scales, mut back) = (vec![0; x.len()], vec![0.0; rows], vec![0.0; x.len()]);
+        quantize_rows(&x, cols, &mut q, &mut scales);
+        dequantize_rows(&q, &scales, cols, &mut back);
+        for (r, ((row, back_row), &scale)) in x
+            .chunks(cols)
+            .zip(back.chunks(cols))
+            .zip(&scales)
+            .enumerate()
+        {
+            for (&v, &b) in row.iter().zip(back_row) {
+                assert!(
+                    (v - b).abs() <= scale / 2.0 + 1e-6,
+                    "row {r}: {v} came back as {b}"
+                );
+            }
+        }
+        assert_eq!(scales[1], 0.0);
+        assert!(back[cols..2 * cols].iter().all(|&b| b == 0.0));
+    }
+
+    #[test]
+    fn qlinear_matches_f32_matmul() {
+        let (rows, k, n) = (3, 40, 9);
+        let mut rng = Rng::new(2);
+        let (x, w) = (rng.vec(rows * k, 1.0), rng.vec(n * k, 1.0));
+        let temp = MallocAllocator::new();
+        let ctx = KernelContext::new(&temp);
+        let mut out = vec![0.0; rows * n];
+        qlinear(&ctx, &x, &QuantMatrix::quantize(&w, n, k), &mut out);
+        assert_eq!(ctx.failure(), None);
+        let expected = reference::matmul_transposed(&x, &w, k);
+        for (got, want) in out.iter().zip(&expected) {
+            // Two 8-bit quantizations: about 1% of the dot product's scale.
+            assert!(
+                (got - want).abs() < 0.05 * (k as f32).sqrt(),
+                "{got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn qlinear_without_temp_records_the_failure() {
+        let ctx = KernelContext::without_temp();
+        let mut out = [0.0; 2];
+        qlinear(
+            &ctx,
+            &[1.0; 4],
+            &QuantMatrix::quantize(&[1.0; 8], 2, 4),
+            &mut out,
+        );
+        assert_eq!(ctx.failure(), Some(tempalloc::Error::NoTempAllocator));
+    }
+}
