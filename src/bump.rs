@@ -100,16 +100,21 @@ unsafe impl TempAllocator for BumpAllocator {
             return Ok(dangling(layout));
         }
         let held_before = self.bump.allocated_bytes();
-        let ptr = self.bump.try_alloc_layout(layout).map_err(|_| match self.limit {
-            Some(limit) if held_before.saturating_add(layout.size()) > limit => Error::BudgetExceeded {
-                requested: held_before.saturating_add(layout.size()),
-                limit,
-            },
-            _ => Error::OutOfMemory {
-                size: layout.size(),
-                align: layout.align(),
-            },
-        })?;
+        let ptr = self
+            .bump
+            .try_alloc_layout(layout)
+            .map_err(|_| match self.limit {
+                Some(limit) if held_before.saturating_add(layout.size()) > limit => {
+                    Error::BudgetExceeded {
+                        requested: held_before.saturating_add(layout.size()),
+                        limit,
+                    }
+                }
+                _ => Error::OutOfMemory {
+                    size: layout.size(),
+                    align: layout.align(),
+                },
+            })?;
         self.note_chunks(held_before);
         let live = self.live_bytes.get() + layout.size();
         self.live_bytes.set(live);

@@ -205,8 +205,13 @@ impl<'a, A: ?Sized + TempAllocator + 'a> KernelContext<'a, A> {
     /// [`Error::SizeOverflow`] when `size` padded to `align` passes
     /// `isize::MAX`, else as [`allocate`](Self::allocate).
     #[inline]
-    pub fn allocate_temp(&self, size: usize, align: usize) -> Result<&'a mut [MaybeUninit<u8>], Error> {
-        let layout = Layout::from_size_align(size, align).map_err(|_| Error::layout(size, align))?;
+    pub fn allocate_temp(
+        &self,
+        size: usize,
+        align: usize,
+    ) -> Result<&'a mut [MaybeUninit<u8>], Error> {
+        let layout =
+            Layout::from_size_align(size, align).map_err(|_| Error::layout(size, align))?;
         let ptr = self.allocate(layout)?.cast::<MaybeUninit<u8>>();
         // SAFETY: `TempAllocator` guarantees `size` bytes at `ptr`, aligned,
         // disjoint from every other live allocation and valid until the

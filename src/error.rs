@@ -23,7 +23,10 @@ pub enum Error {
         align: usize,
     },
     /// `size` rounded up to `align` does not fit in `isize::MAX` bytes.
-    #[error("size overflow: {size} bytes aligned to {align} exceed isize::MAX ({})", isize::MAX)]
+    #[error(
+        "size overflow: {size} bytes aligned to {align} exceed isize::MAX ({})",
+        isize::MAX
+    )]
     SizeOverflow {
         /// The size that was asked for, in bytes.
         size: usize,
