@@ -14,6 +14,8 @@
 //!
 //! - [`MallocAllocator`]: every request is a system allocation; the baseline.
 //! - [`BumpAllocator`]: a `bumpalo::Bump` behind the trait, single-threaded.
+//! - [`RecordingAllocator`]: any of them, recording every call as a
+//!   [`trace::Trace`] that [`trace`] can write, read, generate and replay.
 //!
 //! ```
 //! use tempalloc::{with_context, KernelContext, MallocAllocator, TempAllocator};
@@ -39,18 +41,25 @@
 //! }
 //! assert_eq!(temp.stats().resets, 3);
 //! ```
-#![deny(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![deny(
+    missing_docs,
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks
+)]
 
 mod bump;
 mod context;
 mod error;
 mod malloc;
+mod recording;
 mod stats;
 mod temp;
+pub mod trace;
 
 pub use bump::BumpAllocator;
 pub use context::{KernelContext, SyncKernelContext, with_context};
 pub use error::Error;
 pub use malloc::MallocAllocator;
+pub use recording::RecordingAllocator;
 pub use stats::Stats;
 pub use temp::TempAllocator;
