@@ -17,6 +17,8 @@
 //!   allocations after warm-up; checkpoints for per-kernel rewinds.
 //! - [`MallocAllocator`]: every request is a system allocation; the baseline.
 //! - [`BumpAllocator`]: a `bumpalo::Bump` behind the trait, single-threaded.
+//! - [`RecordingAllocator`]: any of them, recording every call as a
+//!   [`trace::Trace`] that [`trace`] can write, read, generate and replay.
 //!
 //! ```
 //! use tempalloc::{with_context, KernelContext, MallocAllocator, TempAllocator};
@@ -55,8 +57,10 @@ mod caching;
 mod context;
 mod error;
 mod malloc;
+mod recording;
 mod stats;
 mod temp;
+pub mod trace;
 
 pub use block_cache::BlockCache;
 pub use bump::BumpAllocator;
@@ -64,6 +68,7 @@ pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
 pub use context::{KernelContext, SyncKernelContext, with_context};
 pub use error::Error;
 pub use malloc::MallocAllocator;
+pub use recording::RecordingAllocator;
 pub use stats::Stats;
 pub use temp::TempAllocator;
 

@@ -33,6 +33,6 @@ pub(super) struct Mark {
     /// Offset in the last of them.
     pub cursor: usize,
     pub requested: usize,
-    pub rewound: usize,
+    pub window_start: usize,
     pub retired_used: usize,
 }

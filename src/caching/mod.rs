@@ -19,7 +19,7 @@ use crate::block_cache::{Acquired, BlockCache};
 use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
 use checkpoint::Mark;
-use slot::{NO_OWNER, SLOTS, Slot, thread_id};
+use slot::{NO_OWNER, SLOTS, Slot, raw_thread_id, thread_id};
 
 /// The slot threads share, under the lock, when every per-thread slot is taken.
 const FALLBACK: usize = SLOTS;
@@ -88,13 +88,13 @@ struct SlotBlocks {
     chain: Vec<Block>,
     /// Bytes used (padding included) in the chain's earlier blocks.
     retired_used: usize,
-    /// The slot's `requested` counter when the window began.
+    /// The slot's `requested` counter when the window began, moved forward
+    /// by what rewinds gave back: `requested - window_start` is live.
     window_start: usize,
-    /// Bytes requested here but given back by rewinds, this window.
-    rewound: usize,
     /// The most bytes the slot used in one window: the size its block grows to.
     peak: usize,
-    /// A rewind left the slot in a block smaller than its peak.
+    /// The slot needs a new block at the next reset: it moved past its
+    /// first block this window, or a rewind left it in one below its peak.
     outgrown: bool,
 }
 
@@ -195,6 +195,8 @@ impl CachingAllocator {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         for (slot, blocks) in self.slots.iter_mut().zip(&mut shared.slots) {
+            // The block was large enough: the next one should be too.
+            blocks.peak = blocks.peak.max(*slot.capacity.get_mut());
             *slot.owner.get_mut() = NO_OWNER;
             slot.clear();
             for block in blocks.chain.drain(..) {
@@ -286,6 +288,7 @@ impl CachingAllocator {
         let block = take(&self.cache, self.config, &mut shared.totals, want)?;
         let blocks = &mut shared.slots[index];
         blocks.retired_used += slot.cursor.load(Relaxed);
+        blocks.outgrown |= !blocks.chain.is_empty();
         slot.install(block.ptr(), block.size(), 0);
         blocks.chain.push(block);
         Ok(())
@@ -363,7 +366,7 @@ impl CachingAllocator {
                     blocks: blocks.chain.len(),
                     cursor: slot.cursor.load(Relaxed),
                     requested: slot.requested.load(Relaxed),
-                    rewound: blocks.rewound,
+                    window_start: blocks.window_start,
                     retired_used: blocks.retired_used,
                 }
             }),
@@ -433,7 +436,7 @@ impl CachingAllocator {
                 .max(blocks.retired_used + *slot.cursor.get_mut());
             blocks.retired_used = mark.retired_used;
             // Live bytes go back to what they were at the checkpoint.
-            blocks.rewound = mark.rewound + requested.saturating_sub(mark.requested);
+            blocks.window_start = requested - (mark.requested - mark.window_start);
             for block in blocks.chain.drain(mark.blocks..) {
                 give_back(&self.cache, &mut shared.totals, block);
             }
@@ -479,7 +482,7 @@ fn give_back(cache: &BlockCache, totals: &mut Stats, block: Block) {
 fn window_live(slots: &[Slot], shared: &Shared) -> usize {
     let slots = slots.iter().zip(&shared.slots);
     let bumped: usize = slots
-        .map(|(slot, blocks)| slot.requested.load(Relaxed) - blocks.window_start - blocks.rewound)
+        .map(|(slot, blocks)| slot.requested.load(Relaxed) - blocks.window_start)
         .sum();
     bumped + shared.dedicated_live
 }
@@ -521,11 +524,12 @@ fn reset_dedicated(cache: &BlockCache, shared: &mut Shared) -> usize {
 unsafe impl TempAllocator for CachingAllocator {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        let tid = thread_id();
+        let tid = raw_thread_id();
         let slot = &self.slots[tid % SLOTS];
         // Only this thread stores its own id, so seeing it means this thread
         // owns the slot, and every field it reads it wrote itself (or a
-        // `&mut` method did, before this thread got `&self`).
+        // `&mut` method did, before this thread got `&self`). A thread whose
+        // id is not assigned yet matches no slot and takes the slow path.
         if slot.owner.load(Relaxed) == tid {
             if let Some(ptr) = slot.bump(layout) {
                 return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
@@ -546,14 +550,12 @@ unsafe impl TempAllocator for CachingAllocator {
             owned &= owned - 1;
             let (slot, blocks) = (&mut self.slots[index], &mut shared.slots[index]);
             let requested = *slot.requested.get_mut();
-            live += requested - blocks.window_start - blocks.rewound;
+            live += requested - blocks.window_start;
             blocks.window_start = requested;
-            blocks.rewound = 0;
             let cursor = *slot.cursor.get_mut();
-            if blocks.retired_used != 0 || blocks.outgrown {
+            if blocks.outgrown {
                 reset_outgrown(&self.cache, &mut shared.totals, slot, blocks);
             } else {
-                blocks.peak = blocks.peak.max(cursor);
                 *slot.cursor.get_mut() = 0;
             }
             if cursor == 0 || index == FALLBACK {

@@ -38,8 +38,12 @@ pub(crate) struct Slot {
     pub allocations: AtomicUsize,
 }
 
-/// The owner of a slot no thread has claimed. Thread ids start at 1.
-pub(crate) const NO_OWNER: usize = 0;
+/// The owner of a slot no thread has claimed: no thread ever has this id.
+pub(crate) const NO_OWNER: usize = usize::MAX;
+
+/// What [`raw_thread_id`] reads before the thread's id is assigned. It
+/// matches no owner, so such a thread goes to the slow path, which assigns it.
+const UNASSIGNED: usize = 0;
 
 impl Slot {
     pub(crate) fn new() -> Self {
@@ -102,23 +106,28 @@ impl Slot {
 }
 
 thread_local! {
-    /// This thread's id, 0 until first asked. Const-initialised with no
-    /// destructor, so reading it is a single TLS load.
-    static THREAD_ID: Cell<usize> = const { Cell::new(NO_OWNER) };
+    /// This thread's id, [`UNASSIGNED`] until the slow path assigns it.
+    /// Const-initialised with no destructor, so reading it is one TLS load.
+    static THREAD_ID: Cell<usize> = const { Cell::new(UNASSIGNED) };
 }
 
 /// Ids handed out so far. Never reused while the process lives, so a slot
 /// owned by a thread that has exited is never mistaken for another's.
-static NEXT_THREAD_ID: AtomicUsize = AtomicUsize::new(NO_OWNER + 1);
+static NEXT_THREAD_ID: AtomicUsize = AtomicUsize::new(UNASSIGNED + 1);
 
-/// The calling thread's id (never [`NO_OWNER`]).
+/// The calling thread's id, or [`UNASSIGNED`]: the fast path's version, one
+/// load and no branch.
 #[inline(always)]
+pub(crate) fn raw_thread_id() -> usize {
+    THREAD_ID.get()
+}
+
+/// The calling thread's id, assigned on first use: never [`UNASSIGNED`] or
+/// [`NO_OWNER`].
 pub(crate) fn thread_id() -> usize {
-    let id = THREAD_ID.get();
-    if id != NO_OWNER {
-        id
-    } else {
-        assign_thread_id()
+    match THREAD_ID.get() {
+        UNASSIGNED => assign_thread_id(),
+        id => id,
     }
 }
 

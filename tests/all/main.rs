@@ -1,3 +1,5 @@
+//! The integration tests, one binary with a module per topic.
+
 mod util;
 
 mod alignment;
@@ -5,7 +7,10 @@ mod bump;
 mod caching;
 mod context;
 mod errors;
+mod exact_size_cache;
 mod malloc;
 mod patterns;
+mod recording;
 mod stats;
+mod trace;
 mod vec_in;
