@@ -242,7 +242,7 @@ fn threads_write_and_verify_their_own_scratch() {
                 for t in 0..threads {
                     let ctx = &ctx;
                     s.spawn(move || {
-                        let tag = |i: usize| (round * 1000 + t * 100 + i) as usize;
+                        let tag = |i: usize| round * 1000 + t * 100 + i;
                         let bufs: Vec<_> = (0..50)
                             .map(|i| fill(ctx.allocate_temp(100 + i * 37, 64).unwrap(), tag(i)))
                             .collect();
