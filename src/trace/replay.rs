@@ -135,23 +135,17 @@ impl Trace {
             peak_live_bytes: self.peak_live_bytes(),
             ..ReplayStats::default()
         };
-        for event in &self.events {
-            match *event {
-                Event::Alloc { size, align } => {
-                    let layout = Layout::from_size_align(size, align)
-                        .map_err(|_| Error::layout(size, align))?;
-                    touch(temp.allocate(layout)?, size);
-                    report.requests += 1;
-                    report.bytes_requested += size as u64;
-                }
-                Event::Reset | Event::EndInference => {
-                    report.peak_bytes_held = report.peak_bytes_held.max(temp.stats().bytes_held);
-                    temp.reset();
-                    report.resets += 1;
-                    report.inferences += u64::from(*event == Event::EndInference);
-                }
+        self.drive(temp, |temp, event| match event {
+            Event::Alloc { size, .. } => {
+                report.requests += 1;
+                report.bytes_requested += size as u64;
             }
-        }
+            Event::Reset | Event::EndInference => {
+                report.peak_bytes_held = report.peak_bytes_held.max(temp.stats().bytes_held);
+                report.resets += 1;
+                report.inferences += u64::from(event == Event::EndInference);
+            }
+        })?;
         let after = temp.stats();
         report.bytes_held_end = after.bytes_held;
         report.peak_bytes_held = report.peak_bytes_held.max(after.bytes_held);
@@ -178,14 +172,29 @@ impl Trace {
     ///
     /// As [`Trace::replay`].
     pub fn run(&self, temp: &mut dyn TempAllocator) -> Result<(), Error> {
-        for event in &self.events {
-            match *event {
+        self.drive(temp, |_, _| {})
+    }
+
+    /// The replay loop both of the above share: `observe` sees each event
+    /// after its request (and before its reset).
+    #[inline(always)]
+    fn drive(
+        &self,
+        temp: &mut dyn TempAllocator,
+        mut observe: impl FnMut(&dyn TempAllocator, Event),
+    ) -> Result<(), Error> {
+        for &event in &self.events {
+            match event {
                 Event::Alloc { size, align } => {
                     let layout = Layout::from_size_align(size, align)
                         .map_err(|_| Error::layout(size, align))?;
                     touch(temp.allocate(layout)?, size);
+                    observe(temp, event);
                 }
-                Event::Reset | Event::EndInference => temp.reset(),
+                Event::Reset | Event::EndInference => {
+                    observe(temp, event);
+                    temp.reset();
+                }
             }
         }
         Ok(())
