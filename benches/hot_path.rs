@@ -21,7 +21,10 @@ fn kernel_window(temp: &mut dyn TempAllocator) {
     {
         let ctx = KernelContext::new(temp);
         for _ in 0..BATCH {
-            black_box(ctx.allocate_temp(black_box(SIZE), black_box(ALIGN)).unwrap());
+            black_box(
+                ctx.allocate_temp(black_box(SIZE), black_box(ALIGN))
+                    .unwrap(),
+            );
         }
     }
     temp.reset();
@@ -43,7 +46,10 @@ fn hot_path(c: &mut Criterion) {
     });
 
     for (name, mut temp) in [
-        ("caching_kernel_context", Box::new(CachingAllocator::new()) as Box<dyn TempAllocator>),
+        (
+            "caching_kernel_context",
+            Box::new(CachingAllocator::new()) as Box<dyn TempAllocator>,
+        ),
         ("malloc_kernel_context", Box::new(MallocAllocator::new())),
     ] {
         group.bench_function(name, |b| b.iter(|| kernel_window(&mut *temp)));

@@ -9,6 +9,8 @@ use tempalloc::{
     TempAllocator,
 };
 
+use tempalloc::trace::{Decode, Mixed, Steady, Trace};
+
 use crate::util::{addr, check, fill};
 
 /// Sizes a kernel window asks for, in order.
@@ -406,4 +408,62 @@ fn layouts_past_the_block_alignment_are_honoured() {
         assert_eq!(p.cast::<u8>().as_ptr() as usize % align, 0);
     }
     temp.reset();
+}
+
+/// The three reference workloads, small enough for a debug build (and
+/// smaller under Miri), with their ARCHITECTURE.md shapes.
+fn workloads() -> Vec<(&'static str, Trace)> {
+    let scale = if cfg!(miri) { 1 } else { 8 };
+    vec![
+        (
+            "steady",
+            Steady {
+                layers: 4 * scale,
+                inferences: 3,
+            }
+            .generate(),
+        ),
+        (
+            "decode",
+            Decode {
+                layers: 2,
+                prompt: 16 * scale,
+                steps: 40 * scale,
+                ..Decode::default()
+            }
+            .generate(),
+        ),
+        (
+            "mixed",
+            Mixed {
+                inferences: 4 * scale,
+                ..Mixed::default()
+            }
+            .generate(),
+        ),
+    ]
+}
+
+#[test]
+fn workloads_converge_to_zero_system_allocations_within_the_memory_target() {
+    for (name, trace) in workloads() {
+        let mut temp = CachingAllocator::new();
+        let warm_up = trace.replay(&mut temp).unwrap();
+        assert!(
+            warm_up.system_allocations > 0,
+            "{name}: the warm-up takes blocks"
+        );
+        for pass in 0..2 {
+            let report = trace.replay(&mut temp).unwrap();
+            assert_eq!(
+                report.system_allocations, 0,
+                "{name}, pass {pass}: {report}"
+            );
+            // One block for the one thread.
+            let s = temp.stats();
+            assert_eq!(s.system_allocations - s.system_frees, 1, "{name}: {s}");
+            assert!(report.held_over_peak() <= 1.25, "{name}: {report}");
+            assert_eq!(s.high_water, trace.peak_live_bytes(), "{name}");
+        }
+    }
 }
