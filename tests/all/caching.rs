@@ -467,3 +467,20 @@ fn workloads_converge_to_zero_system_allocations_within_the_memory_target() {
         }
     }
 }
+
+#[test]
+fn prefault_and_huge_page_blocks_serve_requests() {
+    let config = CachingConfig::default().prefault(true).huge_pages(true).min_block_size(4 << 20);
+    let mut temp = CachingAllocator::with_config(config);
+    for round in 0..3 {
+        {
+            let ctx = KernelContext::new(&temp);
+            let big = fill(ctx.allocate_temp(3 << 20, 4096).unwrap(), round);
+            check(big, round);
+        }
+        temp.reset();
+    }
+    let s = temp.stats();
+    assert_eq!(s.system_allocations, 1, "{s}");
+    assert!(s.bytes_held >= 4 << 20, "{s}");
+}
