@@ -2,6 +2,7 @@ mod util;
 
 mod alignment;
 mod bump;
+mod capi;
 mod context;
 mod errors;
 mod malloc;
