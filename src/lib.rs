@@ -54,6 +54,8 @@ mod block;
 mod block_cache;
 mod bump;
 mod caching;
+#[cfg(feature = "capi")]
+pub mod capi;
 mod context;
 mod error;
 mod malloc;

@@ -5,6 +5,7 @@ mod util;
 mod alignment;
 mod bump;
 mod caching;
+mod capi;
 mod context;
 mod errors;
 mod exact_size_cache;
