@@ -3,17 +3,40 @@
 //! same way instead of trusting each allocator's own `Stats`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+#[cfg(test)]
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// [`System`] plus a counter of the calls that reserve memory.
 pub struct CountingAllocator {
     allocations: AtomicU64,
+    /// The same calls made on watched threads only: tests run in parallel in
+    /// one process, so a test counts the threads it watches, all of them.
+    #[cfg(test)]
+    watched: AtomicU64,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Whether this thread's allocations also count in `watched`. A `const`
+    /// `Cell<bool>` needs no destructor and no allocation, so the allocator
+    /// can read it.
+    static WATCHED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// From now on, count the calling thread's allocations in
+/// [`CountingAllocator::watched_allocations`] too.
+#[cfg(test)]
+pub fn watch_this_thread() {
+    WATCHED.set(true);
 }
 
 impl CountingAllocator {
     pub const fn new() -> Self {
         CountingAllocator {
             allocations: AtomicU64::new(0),
+            #[cfg(test)]
+            watched: AtomicU64::new(0),
         }
     }
 
@@ -25,8 +48,19 @@ impl CountingAllocator {
         self.allocations.load(Ordering::Relaxed)
     }
 
+    /// Like [`Self::allocations`], on the threads that called [`watch_this_thread`].
+    #[cfg(test)]
+    pub fn watched_allocations(&self) -> u64 {
+        self.watched.load(Ordering::Relaxed)
+    }
+
     fn count(&self) {
         self.allocations.fetch_add(1, Ordering::Relaxed);
+        // `try_with`: a thread being torn down still allocates, and counts.
+        #[cfg(test)]
+        if WATCHED.try_with(Cell::get).unwrap_or(false) {
+            self.watched.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 

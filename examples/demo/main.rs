@@ -23,7 +23,7 @@ use crate::kernels::sample::Sampling;
 use crate::kernels::sdpa::SdpaPlan;
 use crate::model::{Config, Model, Weights};
 use crate::rng::Rng;
-use crate::runtime::{Run, generate};
+use crate::runtime::{Run, generate, worker_pool};
 
 /// Counts every system allocation in the process, whichever temp allocator
 /// runs, so the allocators are measured the same way.
@@ -78,10 +78,19 @@ fn main() -> ExitCode {
     // Asked once: the answer may read cgroup files, which the kernels should not do per call.
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let config = config(workers);
+    // Once, before any timed step: kernels reuse these threads on every call.
+    let pool = match worker_pool(workers) {
+        Ok(pool) => pool,
+        Err(error) => {
+            eprintln!("error: cannot start {workers} worker threads: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let weights = Weights::random(&config);
     let model = Model {
         config,
         weights: &weights,
+        pool: &pool,
     };
     let mut rng = Rng::new(config.seed);
     let prompt: Vec<u32> = (0..config.prompt_len)

@@ -7,11 +7,12 @@
 //! they outlive kernel calls, so they are not scratch, and sizing them up
 //! front keeps the decode loop free of allocations of its own.
 
+use rayon::ThreadPool;
 use tempalloc::TempAllocator;
 
 use crate::kernels::quantize::{QuantMatrix, qlinear};
 use crate::kernels::sample::{Sampling, sample_top_k};
-use crate::kernels::sdpa::{AttentionShape, SdpaPlan, sdpa};
+use crate::kernels::sdpa::{AttentionShape, Inputs, SdpaPlan, sdpa};
 use crate::reference;
 use crate::rng::Rng;
 use crate::runtime::{StepError, run_kernel};
@@ -132,10 +133,12 @@ impl State {
     }
 }
 
-/// The model: configuration plus weights.
+/// The model: configuration, weights and the worker threads its kernels use.
 pub struct Model<'w> {
     pub config: Config,
     pub weights: &'w Weights,
+    /// Made once per process (`runtime::worker_pool`), shared by every run.
+    pub pool: &'w ThreadPool,
 }
 
 impl Model<'_> {
@@ -181,8 +184,14 @@ impl Model<'_> {
 
             let (q, attn) = (&a.q[..rows * d], &mut a.attn[..rows * d]);
             let (keys, values) = (&state.keys[l][..], &state.values[l][..]);
+            let inputs = Inputs {
+                shape,
+                q,
+                k: keys,
+                v: values,
+            };
             run_kernel(temp, "sdpa", |ctx| {
-                sdpa(ctx, shape, config.attention, q, keys, values, attn)
+                sdpa(ctx, self.pool, config.attention, inputs, attn)
             })?;
             if check && l == 0 {
                 let max_diff =

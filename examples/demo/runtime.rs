@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::{ThreadPool, ThreadPoolBuildError, ThreadPoolBuilder};
 use tempalloc::{Error, KernelContext, Stats, TempAllocator, with_context};
 
 use crate::SYSTEM;
@@ -33,6 +34,26 @@ impl fmt::Display for StepError {
             }
         }
     }
+}
+
+/// The kernels' worker threads, made once per process before any generation:
+/// `threads` in all, the calling thread included as thread 0, so kernels it
+/// calls run their `pool.install` in place and split work with `join`. That
+/// way a kernel call spawns nothing and queues nothing on the heap: in steady
+/// state the pool makes no system allocation (a caller outside the pool would
+/// go through rayon's injector queue, which allocates a block every 63 calls).
+///
+/// Returns once every thread has started and run a first job, so thread
+/// start-up allocations are behind us. The calling thread stays in the pool
+/// for good (rayon's `use_current_thread`): call this once per thread.
+pub fn worker_pool(threads: usize) -> Result<ThreadPool, ThreadPoolBuildError> {
+    let pool = ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .use_current_thread()
+        .thread_name(|i| format!("kernel-worker-{i}"))
+        .build()?;
+    pool.broadcast(|_| ());
+    Ok(pool)
 }
 
 /// Calls one kernel: a fresh context over `temp`, then a reset that recycles

@@ -1,11 +1,13 @@
 //! Causal multi-head attention, flash style: queries and keys are split into
 //! tiles, and each (head, query tile) pair streams over key tiles with an
 //! online softmax, so scratch grows with the tile sizes rather than with
-//! `q_len * kv_len`. Work is split across scoped worker threads; each worker
-//! owns one tile of scratch.
+//! `q_len * kv_len`. Work is split in shares across the threads of a
+//! persistent rayon pool; each share owns one tile of scratch.
 
 use std::ops::Range;
 
+use rayon::ThreadPool;
+use rayon::prelude::*;
 use tempalloc::{Error, KernelContext};
 
 use super::report;
@@ -33,57 +35,58 @@ impl AttentionShape {
     }
 }
 
-/// How the kernel cuts the work: tile sizes and worker threads.
+/// How the kernel cuts the work: tile sizes and shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SdpaPlan {
     pub q_tile: usize,
     pub kv_tile: usize,
-    /// Threads at most, the calling thread included.
+    /// Shares of work at most, one scratch tile each: the pool's thread
+    /// count (the calling thread included) keeps every thread busy.
     pub workers: usize,
 }
 
-/// Floats per 64-byte cache line: each worker's tile starts on its own line
+/// Floats per 64-byte cache line: each share's tile starts on its own line
 /// (relative to the buffer) so workers do not write to a shared line.
 const FLOATS_PER_LINE: usize = 16;
 
-/// `out = softmax(q k^T / sqrt(head_dim) + causal mask) v`, per head.
-/// `q` and `out` are `q_len` rows, `k` and `v` are `kv_len` rows, each row
-/// `heads * head_dim` floats (head-major within the row).
+/// `out = softmax(q k^T / sqrt(head_dim) + causal mask) v`, per head, on
+/// `pool`'s threads. `q` and `out` are `q_len` rows, `k` and `v` are `kv_len`
+/// rows, each row `heads * head_dim` floats (head-major within the row).
 ///
-/// Scratch: every worker's tile (scores, running max and sum, accumulator),
+/// Scratch: every share's tile (scores, running max and sum, accumulator),
 /// taken on the calling thread because `KernelContext` is not `Sync`, and a
-/// head-major staging copy of the output so each worker writes one
-/// contiguous range.
+/// head-major staging copy of the output so each share writes one
+/// contiguous range. Called from a thread of `pool` (the demo's runtime
+/// thread is one, see `runtime::worker_pool`), a call makes no system
+/// allocation of its own: the pool's threads exist already and rayon's
+/// `par_chunks_mut` splits with `join`, whose jobs live on the stack.
 pub fn sdpa(
     ctx: &KernelContext,
-    shape: AttentionShape,
+    pool: &ThreadPool,
     plan: SdpaPlan,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    inputs: Inputs,
     out: &mut [f32],
 ) {
-    let result = sdpa_in(ctx, shape, plan, q, k, v, out);
+    let result = sdpa_in(ctx, pool, plan, inputs, out);
     report(ctx, result);
 }
 
 fn sdpa_in(
     ctx: &KernelContext,
-    shape: AttentionShape,
+    pool: &ThreadPool,
     plan: SdpaPlan,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    inputs: Inputs,
     out: &mut [f32],
 ) -> Result<(), Error> {
+    let shape = inputs.shape;
     let width = shape.row_width();
     debug_assert!(shape.q_len >= 1 && shape.q_len <= shape.kv_len, "{shape:?}");
     debug_assert_eq!(
-        (q.len(), out.len()),
+        (inputs.q.len(), out.len()),
         (shape.q_len * width, shape.q_len * width)
     );
     debug_assert_eq!(
-        (k.len(), v.len()),
+        (inputs.k.len(), inputs.v.len()),
         (shape.kv_len * width, shape.kv_len * width)
     );
 
@@ -92,54 +95,52 @@ fn sdpa_in(
     }
     let tile = Tile::new(shape, plan);
     let items = shape.heads * tile.q_tiles;
-    let workers = plan.workers.min(items).max(1);
-    let tiles = ctx.scratch::<f32>(workers * tile.floats)?;
-    let staged = ctx.scratch::<f32>(shape.heads * shape.q_len * shape.head_dim)?;
-    let inputs = Inputs { shape, q, k, v };
+    // Each share is `per_share` consecutive (head, query tile) items, in the
+    // order the staged output stores them (the last share may be shorter).
+    let per_share = items.div_ceil(plan.workers.max(1));
+    let shares = items.div_ceil(per_share);
+    let tiles = ctx.scratch::<f32>(shares * tile.floats)?;
+    // `[head][query tile][row][dim]`: a whole tile of rows per item (a head's
+    // last tile padded when `q_len` is not a multiple of it), so every share's
+    // output is one `chunks_mut` chunk like its scratch.
+    let staged = ctx.scratch::<f32>(items * tile.out_floats())?;
 
-    std::thread::scope(|scope| {
-        let mut rest = &mut staged[..];
-        let mut first = 0;
-        for (w, scratch) in tiles.chunks_mut(tile.floats).enumerate() {
-            // Contiguous shares of the (head, query tile) items, in the order
-            // the staged output stores them, so each share is one slice.
-            let end = items * (w + 1) / workers;
-            let (mine, tail) = rest.split_at_mut(tile.offset(end) - tile.offset(first));
-            rest = tail;
-            let job = Job {
-                items: first..end,
-                out: mine,
-                scratch,
-            };
-            first = end;
-            if w + 1 == workers {
-                // The calling thread takes the last share instead of idling.
+    pool.install(|| {
+        staged
+            .par_chunks_mut(per_share * tile.out_floats())
+            .zip(tiles.par_chunks_mut(tile.floats))
+            .enumerate()
+            .for_each(|(share, (out, scratch))| {
+                let first = share * per_share;
+                let job = Job {
+                    items: first..(first + per_share).min(items),
+                    out,
+                    scratch,
+                };
                 job.run(&inputs, &tile);
-            } else {
-                let (inputs, tile) = (&inputs, &tile);
-                scope.spawn(move || job.run(inputs, tile));
-            }
-        }
+            });
     });
 
-    // Back from head-major `[head][row][dim]` to the caller's `[row][head][dim]`.
+    // Back from head-major staging to the caller's `[row][head][dim]`.
+    let dim = shape.head_dim;
     for (h, head) in staged
-        .chunks_exact(shape.q_len * shape.head_dim)
+        .chunks_exact(tile.q_tiles * tile.out_floats())
         .enumerate()
     {
-        for (row, src) in head.chunks_exact(shape.head_dim).enumerate() {
-            out[row * width + h * shape.head_dim..][..shape.head_dim].copy_from_slice(src);
+        for (row, src) in head.chunks_exact(dim).take(shape.q_len).enumerate() {
+            out[row * width + h * dim..][..dim].copy_from_slice(src);
         }
     }
     Ok(())
 }
 
-/// The read-only operands, shared by every worker.
-struct Inputs<'a> {
-    shape: AttentionShape,
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+/// The operands of one call, read-only and shared by every worker.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    pub shape: AttentionShape,
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
 }
 
 impl Inputs<'_> {
@@ -180,14 +181,14 @@ impl Tile {
         (head, t * self.q..((t + 1) * self.q).min(self.shape.q_len))
     }
 
-    /// Where item `item` starts in the head-major staged output; `offset(items)` is its end.
-    fn offset(&self, item: usize) -> usize {
-        let (head, t) = (item / self.q_tiles, item % self.q_tiles);
-        (head * self.shape.q_len + t * self.q) * self.shape.head_dim
+    /// Floats of staged output per item: a whole query tile of rows.
+    fn out_floats(&self) -> usize {
+        self.q * self.shape.head_dim
     }
 }
 
-/// One worker's share: consecutive work items, their output and its scratch.
+/// One share: consecutive work items, their staged output (one query tile of
+/// rows per item) and its scratch.
 struct Job<'a> {
     items: Range<usize>,
     out: &'a mut [f32],
@@ -201,11 +202,8 @@ impl Job<'_> {
         let (max, rest) = rest.split_at_mut(tile.q);
         let (sum, rest) = rest.split_at_mut(tile.q);
         let acc = &mut rest[..tile.q * dim];
-        let mut out = self.out;
-        for item in self.items {
+        for (item, out) in self.items.zip(self.out.chunks_mut(tile.out_floats())) {
             let (head, rows) = tile.item(item);
-            let (item_out, tail) = out.split_at_mut(rows.len() * dim);
-            out = tail;
             let n = rows.len();
             let state = Online {
                 scores: &mut scores[..n * tile.kv],
@@ -213,7 +211,7 @@ impl Job<'_> {
                 sum: &mut sum[..n],
                 acc: &mut acc[..n * dim],
             };
-            state.attend(inputs, tile, head, rows, item_out);
+            state.attend(inputs, tile, head, rows, &mut out[..n * dim]);
         }
     }
 }
@@ -295,11 +293,14 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use tempalloc::{Error, KernelContext, MallocAllocator};
+    use rayon::ThreadPoolBuilder;
+    use tempalloc::{CachingAllocator, Error, KernelContext, MallocAllocator, with_context};
 
     use super::*;
-    use crate::reference;
+    use crate::counting::watch_this_thread;
     use crate::rng::Rng;
+    use crate::runtime::worker_pool;
+    use crate::{SYSTEM, reference};
 
     /// Small tiles, so short sequences already cross several tile edges.
     const PLAN: SdpaPlan = SdpaPlan {
@@ -308,7 +309,8 @@ mod tests {
         workers: 3,
     };
 
-    fn check(q_len: usize, kv_len: usize, plan: SdpaPlan) {
+    /// Random operands for 2 heads of 8.
+    fn operands(q_len: usize, kv_len: usize) -> (AttentionShape, [Vec<f32>; 3]) {
         let shape = AttentionShape {
             heads: 2,
             head_dim: 8,
@@ -317,15 +319,34 @@ mod tests {
         };
         let mut rng = Rng::new((q_len * 1000 + kv_len) as u64);
         let width = shape.row_width();
-        let (q, k, v) = (
+        let qkv = [
             rng.vec(q_len * width, 1.0),
             rng.vec(kv_len * width, 1.0),
             rng.vec(kv_len * width, 1.0),
-        );
+        ];
+        (shape, qkv)
+    }
+
+    /// A pool the test thread is not part of: `install` sends the work to it.
+    fn pool(threads: usize) -> ThreadPool {
+        ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("threads start")
+    }
+
+    fn check(q_len: usize, kv_len: usize, plan: SdpaPlan) {
+        let (shape, [q, k, v]) = operands(q_len, kv_len);
         let temp = MallocAllocator::new();
         let ctx = KernelContext::new(&temp);
-        let mut out = vec![f32::NAN; q_len * width];
-        sdpa(&ctx, shape, plan, &q, &k, &v, &mut out);
+        let mut out = vec![f32::NAN; q_len * shape.row_width()];
+        let inputs = Inputs {
+            shape,
+            q: &q,
+            k: &k,
+            v: &v,
+        };
+        sdpa(&ctx, &pool(plan.workers), plan, inputs, &mut out);
         assert_eq!(ctx.failure(), None);
         let expected = reference::sdpa(shape, &q, &k, &v);
         let diff = reference::max_abs_diff(&out, &expected);
@@ -389,11 +410,52 @@ mod tests {
         let ctx = KernelContext::without_temp();
         let mut out = vec![0.0; 3 * width];
         let (q, kv) = (vec![0.5; 3 * width], vec![0.5; 5 * width]);
-        sdpa(&ctx, shape, PLAN, &q, &kv, &kv, &mut out);
+        let inputs = Inputs {
+            shape,
+            q: &q,
+            k: &kv,
+            v: &kv,
+        };
+        sdpa(&ctx, &pool(2), PLAN, inputs, &mut out);
         assert_eq!(ctx.failure(), Some(Error::NoTempAllocator));
         assert!(
             out.iter().all(|&o| o == 0.0),
             "a failed kernel must leave its output alone"
         );
+    }
+
+    #[test]
+    fn a_second_call_with_a_warm_caching_allocator_makes_no_system_allocation() {
+        // A thread of its own: `worker_pool` makes its caller thread 0 of the
+        // pool, and a thread can join only one pool.
+        std::thread::spawn(|| {
+            let plan = SdpaPlan { workers: 2, ..PLAN };
+            let pool = worker_pool(plan.workers).expect("threads start");
+            // Count this thread and the pool's other thread, whatever they allocate.
+            pool.broadcast(|_| watch_this_thread());
+            let (shape, [q, k, v]) = operands(13, 29);
+            let inputs = Inputs {
+                shape,
+                q: &q,
+                k: &k,
+                v: &v,
+            };
+            let mut out = vec![0.0; q.len()];
+            let mut temp = CachingAllocator::new();
+            let mut call = || {
+                with_context(&mut temp, |ctx| {
+                    sdpa(ctx, &pool, plan, inputs, &mut out);
+                    ctx.failure()
+                })
+            };
+            assert_eq!(call(), None, "warm-up");
+            let before = SYSTEM.watched_allocations();
+            assert_eq!(call(), None);
+            assert_eq!(SYSTEM.watched_allocations() - before, 0);
+            let diff = reference::max_abs_diff(&out, &reference::sdpa(shape, &q, &k, &v));
+            assert!(diff < 1e-5, "off by {diff}");
+        })
+        .join()
+        .expect("the test thread passes");
     }
 }
