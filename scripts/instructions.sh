@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Instructions per scratch request (requests, first/last byte touches and
+# resets included) for every allocator on every reference workload, counted
+# by callgrind inside `Trace::run` only. Counts, not times: the same binary
+# gives the same numbers on a busy machine.
+#
+#   bash scripts/instructions.sh            # needs valgrind
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --example replay --quiet
+bin=target/release/examples/replay
+runs=4 # one warm-up pass and --repeat 3 timed passes, all inside Trace::run
+printf '%-8s %-18s %14s %10s\n' trace allocator instructions per-request
+for trace in steady decode mixed; do
+    requests=$("$bin" "$trace" --allocators malloc --repeat 1 | sed -n 's/^[a-z]*: \([0-9]*\) requests.*/\1/p')
+    for allocator in caching bumpalo exact-size-cache malloc; do
+        ir=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+            --toggle-collect='tempalloc::trace::replay::<impl tempalloc::trace::Trace>::run' \
+            "$bin" "$trace" --allocators "$allocator" --repeat 3 2>&1 |
+            sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+        printf '%-8s %-18s %14s %10.1f\n' "$trace" "$allocator" "$ir" "$(echo "$ir / ($requests * $runs)" | bc -l)"
+    done
+done
