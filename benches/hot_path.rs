@@ -79,12 +79,14 @@ fn reset(c: &mut Criterion) {
 /// Requests each thread makes per window in the scaling benchmark.
 const PER_THREAD: usize = 256 * 1024;
 
-/// Time for `threads` threads to make `PER_THREAD` requests each from one
-/// allocator per round, `rounds` times, with a reset between rounds. The
-/// threads live across rounds (a barrier starts each one) so that spawning
-/// is not measured; the work per thread is fixed, so perfect scaling keeps
-/// the time flat as threads are added.
-fn run_threads(threads: usize, rounds: u64) -> Duration {
+/// Time for `threads` threads to make `PER_THREAD` requests each per round,
+/// `rounds` times, with a reset between rounds: from one shared
+/// `CachingAllocator` (`shared`), or each from a private `bumpalo::Bump`
+/// (the ideal: nothing shared at all, so it shows what the machine's cores
+/// give). The threads live across rounds (a barrier starts each one) so that
+/// spawning is not measured; the work per thread is fixed, so perfect scaling
+/// keeps the time flat as threads are added.
+fn run_threads(threads: usize, rounds: u64, shared: bool) -> Duration {
     let layout = Layout::from_size_align(64, 64).unwrap();
     // Threads allocate under the read lock, the reset takes the write lock:
     // one uncontended lock operation per thread per round, not per request.
@@ -94,13 +96,19 @@ fn run_threads(threads: usize, rounds: u64) -> Duration {
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
+                let mut bump = bumpalo::Bump::new();
                 for _ in 0..rounds {
                     start_round.wait();
-                    {
+                    if shared {
                         let temp = temp.read().unwrap();
                         for _ in 0..PER_THREAD {
                             black_box(temp.allocate(black_box(layout)).unwrap());
                         }
+                    } else {
+                        for _ in 0..PER_THREAD {
+                            black_box(bump.alloc_layout(black_box(layout)));
+                        }
+                        bump.reset();
                     }
                     end_round.wait();
                 }
@@ -122,8 +130,11 @@ fn threads(c: &mut Criterion) {
     let mut group = c.benchmark_group("threads");
     for threads in [1, 2] {
         group.throughput(Throughput::Elements((threads * PER_THREAD) as u64));
-        group.bench_function(format!("caching_{threads}_threads"), |b| {
-            b.iter_custom(|rounds| run_threads(threads, rounds))
+        group.bench_function(format!("caching_shared_{threads}"), |b| {
+            b.iter_custom(|rounds| run_threads(threads, rounds, true))
+        });
+        group.bench_function(format!("bumpalo_private_{threads}"), |b| {
+            b.iter_custom(|rounds| run_threads(threads, rounds, false))
         });
     }
     group.finish();
@@ -139,12 +150,13 @@ fn median_ns(group: &str, bench: &str) -> Option<f64> {
 }
 
 fn print_ratios() {
-    let get = |g, b| median_ns(g, b).unwrap_or(f64::NAN);
+    let get = |g: &str, b: &str| median_ns(g, b).unwrap_or(f64::NAN);
     let bump = get("hot_path", "bumpalo_alloc_layout");
     let caching = get("hot_path", "caching_kernel_context");
     let malloc = get("hot_path", "malloc_kernel_context");
-    let one = get("threads", "caching_1_threads");
-    let two = get("threads", "caching_2_threads");
+    let speedup = |name: &str| {
+        2.0 * get("threads", &format!("{name}_1")) / get("threads", &format!("{name}_2"))
+    };
     println!("\n== ratios (medians of this run; target in brackets)");
     println!(
         "hot path: caching via KernelContext / bumpalo alloc_layout = {:.2}x  [<= 2x]  ({:.2} vs {:.2} ns per request)",
@@ -157,10 +169,12 @@ fn print_ratios() {
         "reset: caching / bumpalo = {:.2}x",
         get("reset", "caching_reset") / get("reset", "bumpalo_reset")
     );
-    // Twice the requests in the same time is 2x the throughput.
+    // Twice the requests in the same time is 2x the throughput. The private
+    // arenas share nothing: their speedup is what this machine's cores allow.
     println!(
-        "threads: 2-thread throughput / 1-thread = {:.2}x  [>= 1.8x]",
-        2.0 * one / two
+        "threads: 2-thread throughput / 1-thread = {:.2}x  [>= 1.8x]  (private bumpalo arenas, sharing nothing: {:.2}x)",
+        speedup("caching_shared"),
+        speedup("bumpalo_private")
     );
 }
 

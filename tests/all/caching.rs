@@ -470,7 +470,10 @@ fn workloads_converge_to_zero_system_allocations_within_the_memory_target() {
 
 #[test]
 fn prefault_and_huge_page_blocks_serve_requests() {
-    let config = CachingConfig::default().prefault(true).huge_pages(true).min_block_size(4 << 20);
+    let config = CachingConfig::default()
+        .prefault(true)
+        .huge_pages(true)
+        .min_block_size(4 << 20);
     let mut temp = CachingAllocator::with_config(config);
     for round in 0..3 {
         {
