@@ -43,7 +43,11 @@ const ALL: &[(&str, Make)] = &[
 /// checks again. Returns what `bad` returned.
 fn around<R>(name: &str, temp: &dyn TempAllocator, bad: impl FnOnce(&KernelContext) -> R) -> R {
     let ctx = KernelContext::new(temp);
-    let sizes = [(100, 8), (5000, 64), (70_000, 4096)];
+    let sizes = if cfg!(miri) {
+        [(10, 8), (300, 64), (5000, 4096)]
+    } else {
+        [(100, 8), (5000, 64), (70_000, 4096)]
+    };
     let before: Vec<&mut [u8]> = sizes
         .iter()
         .enumerate()

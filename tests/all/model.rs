@@ -113,6 +113,17 @@ struct Buf {
     tag: u64,
 }
 
+/// The bytes of a buffer of `size` that carry the pattern: all of them,
+/// except under Miri (every byte costs microseconds there), where the
+/// first and last 16 and every 251st do; the rest still gets written.
+fn patterned(size: usize) -> impl Iterator<Item = usize> {
+    let step = if cfg!(miri) { 251 } else { 1 };
+    let edge = if cfg!(miri) { 16.min(size) } else { size };
+    (0..edge)
+        .chain((edge..size.saturating_sub(edge)).step_by(step))
+        .chain(size.saturating_sub(edge).max(edge)..size)
+}
+
 fn byte(tag: u64, i: usize) -> u8 {
     (tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8 ^ i as u8 ^ (i >> 8) as u8
 }
@@ -122,17 +133,17 @@ impl Buf {
         // SAFETY: the allocator handed out `size` bytes at `ptr`, live until
         // the reset or rewind that drops this `Buf` from the model.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.size) };
-        bytes
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = byte(self.tag, i));
+        bytes.fill(0x5A);
+        for i in patterned(self.size) {
+            bytes[i] = byte(self.tag, i);
+        }
     }
 
     fn check(&self) -> Result<(), TestCaseError> {
         prop_assert_eq!(self.ptr.addr() % self.align, 0, "misaligned {:?}", self);
         // SAFETY: as in `write`; the model still lists the buffer as live.
         let bytes = unsafe { std::slice::from_raw_parts(self.ptr, self.size) };
-        if let Some(i) = (0..self.size).find(|&i| bytes[i] != byte(self.tag, i)) {
+        if let Some(i) = patterned(self.size).find(|&i| bytes[i] != byte(self.tag, i)) {
             prop_assert!(false, "buffer {:?} corrupted at byte {}", self, i);
         }
         Ok(())
