@@ -22,8 +22,9 @@ use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Checkpoint, Error, 
 const CASES: u32 = if cfg!(miri) { 3 } else { 96 };
 /// Steps per program, at most.
 const MAX_STEPS: usize = if cfg!(miri) { 16 } else { 48 };
-/// The largest request.
+/// The largest request, and the line between small and large ones.
 const MAX_SIZE: usize = if cfg!(miri) { 600 } else { 70_000 };
+const MID_SIZE: usize = if cfg!(miri) { 200 } else { 2048 };
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -61,8 +62,8 @@ fn op() -> impl Strategy<Value = Op> {
     let who = 0..2usize;
     let size = prop_oneof![
         2 => 0..=64usize,
-        5 => 1..=2048usize,
-        2 => 2048..=MAX_SIZE,
+        5 => 1..=MID_SIZE,
+        2 => MID_SIZE..=MAX_SIZE,
     ];
     prop_oneof![
         12 => (who.clone(), size, 0..=13u32)
