@@ -96,7 +96,8 @@ fn run_threads(threads: usize, rounds: u64, shared: bool) -> Duration {
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
-                let mut bump = bumpalo::Bump::new();
+                // Sized for a whole round, so it never takes a chunk after the first.
+                let mut bump = bumpalo::Bump::with_capacity(PER_THREAD * 64 + 4096);
                 for _ in 0..rounds {
                     start_round.wait();
                     if shared {

@@ -52,8 +52,10 @@ typedef int32_t tempalloc_error;
 #define TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR 6
 /* Mirrors tempalloc::Error::StaleCheckpoint; not produced by the C API. */
 #define TEMPALLOC_ERROR_STALE_CHECKPOINT 7
+/* Mirrors tempalloc::Error::CanaryCorrupted (debug checks); no C API call returns it. */
+#define TEMPALLOC_ERROR_CANARY_CORRUPTED 8
 /* A bug in tempalloc: a panic was caught at the boundary. */
-#define TEMPALLOC_ERROR_INTERNAL 8
+#define TEMPALLOC_ERROR_INTERNAL 9
 
 /* An allocator (opaque). Pointers it hands out stay valid until the next
  * tempalloc_reset, tempalloc_release or tempalloc_allocator_destroy. */

@@ -56,8 +56,11 @@ pub const TEMPALLOC_ERROR_BUDGET_EXCEEDED: tempalloc_error = 5;
 pub const TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR: tempalloc_error = 6;
 /// [`Error::StaleCheckpoint`] (not produced by the C API; mirrored for completeness).
 pub const TEMPALLOC_ERROR_STALE_CHECKPOINT: tempalloc_error = 7;
+/// [`Error::CanaryCorrupted`]: a write ran past the end of a scratch buffer
+/// (debug checks; mirrored for completeness, no C API call returns it).
+pub const TEMPALLOC_ERROR_CANARY_CORRUPTED: tempalloc_error = 8;
 /// A bug in tempalloc: a panic was caught at the boundary.
-pub const TEMPALLOC_ERROR_INTERNAL: tempalloc_error = 8;
+pub const TEMPALLOC_ERROR_INTERNAL: tempalloc_error = 9;
 
 /// The code C sees for `error`.
 fn code(error: Error) -> tempalloc_error {
@@ -69,6 +72,7 @@ fn code(error: Error) -> tempalloc_error {
         Error::BudgetExceeded { .. } => TEMPALLOC_ERROR_BUDGET_EXCEEDED,
         Error::NoTempAllocator => TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR,
         Error::StaleCheckpoint { .. } => TEMPALLOC_ERROR_STALE_CHECKPOINT,
+        Error::CanaryCorrupted { .. } => TEMPALLOC_ERROR_CANARY_CORRUPTED,
     }
 }
 
@@ -590,6 +594,9 @@ pub extern "C" fn tempalloc_error_message(code: tempalloc_error) -> *const c_cha
         }
         TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR => c"no temp allocator",
         TEMPALLOC_ERROR_STALE_CHECKPOINT => c"stale checkpoint",
+        TEMPALLOC_ERROR_CANARY_CORRUPTED => {
+            c"canary corrupted: a write ran past the end of a scratch buffer"
+        }
         TEMPALLOC_ERROR_INTERNAL => c"internal error: a panic was caught in tempalloc (a bug)",
         _ => c"unknown tempalloc error code",
     };
@@ -636,6 +643,14 @@ mod tests {
                     now: 1,
                 },
                 TEMPALLOC_ERROR_STALE_CHECKPOINT,
+            ),
+            (
+                Error::CanaryCorrupted {
+                    addr: 64,
+                    size: 8,
+                    byte: 0,
+                },
+                TEMPALLOC_ERROR_CANARY_CORRUPTED,
             ),
         ];
         let mut seen = Vec::new();

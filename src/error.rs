@@ -62,6 +62,21 @@ pub enum Error {
         /// The allocator's reset count now.
         now: u64,
     },
+    /// With [`CachingConfig::debug_checks`](crate::CachingConfig::debug_checks)
+    /// on: something wrote past the end of a scratch buffer, into the canary
+    /// that follows it.
+    #[error(
+        "canary corrupted: a write past the end of the {size}-byte scratch buffer at {addr:#x} \
+         changed byte {byte} after its end"
+    )]
+    CanaryCorrupted {
+        /// The buffer's address.
+        addr: usize,
+        /// The buffer's size, in bytes.
+        size: usize,
+        /// The first changed byte, counted from the end of the buffer.
+        byte: usize,
+    },
 }
 
 impl Error {

@@ -41,6 +41,10 @@ pub struct Stats {
     pub cache_hits: u64,
     /// Blocks that needed a system allocation.
     pub cache_misses: u64,
+    /// Allocations whose canary was found overwritten (a write past their
+    /// end), with [`CachingConfig::debug_checks`](crate::CachingConfig::debug_checks)
+    /// on; each counted once.
+    pub canary_violations: u64,
 }
 
 impl fmt::Display for Stats {
@@ -48,7 +52,7 @@ impl fmt::Display for Stats {
         write!(
             f,
             "{} allocations ({} B requested), {} resets, {} system allocations, {} system frees, \
-             {} B held, {} B high water, {} cache hits, {} cache misses",
+             {} B held, {} B high water, {} cache hits, {} cache misses, {} canary violations",
             self.allocations,
             self.bytes_requested,
             self.resets,
@@ -58,6 +62,7 @@ impl fmt::Display for Stats {
             self.high_water,
             self.cache_hits,
             self.cache_misses,
+            self.canary_violations,
         )
     }
 }

@@ -23,6 +23,8 @@ pub struct Checkpoint {
     pub(super) resets: u64,
     pub(super) marks: [Mark; SLOTS + 1],
     pub(super) dedicated: usize,
+    /// Allocations with a canary (debug checks), to check from at rewind.
+    pub(super) canaries: usize,
 }
 
 /// One slot's position.

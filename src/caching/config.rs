@@ -23,11 +23,12 @@ pub struct CachingConfig {
     pub(crate) max_cached_bytes: usize,
     pub(crate) max_bytes: Option<usize>,
     pub(crate) block: BlockOptions,
+    pub(crate) debug_checks: bool,
 }
 
 impl Default for CachingConfig {
     /// 64 KiB first blocks, no dedicated blocks, nothing cached idle, no hard
-    /// limit, no prefault, no huge pages.
+    /// limit, no prefault, no huge pages; debug checks in debug builds only.
     fn default() -> Self {
         CachingConfig {
             min_block_size: 64 << 10,
@@ -35,6 +36,7 @@ impl Default for CachingConfig {
             max_cached_bytes: 0,
             max_bytes: None,
             block: BlockOptions::default(),
+            debug_checks: cfg!(debug_assertions),
         }
     }
 }
@@ -123,6 +125,37 @@ impl CachingConfig {
     pub fn huge_pages(mut self, on: bool) -> Self {
         self.block.huge_pages = on;
         self
+    }
+
+    /// Debug checks: 16 bytes of canary after every allocation, checked at
+    /// every reset and rewind and by [`CachingAllocator::check`](crate::CachingAllocator::check),
+    /// so a kernel writing past the end of its scratch is reported
+    /// ([`Error::CanaryCorrupted`](crate::Error::CanaryCorrupted),
+    /// [`Stats::canary_violations`](crate::Stats::canary_violations)) instead
+    /// of silently corrupting its neighbour; and recycled memory filled with
+    /// `0xDD` at reset and rewind, so a kernel reading scratch it did not
+    /// write sees garbage at once. Every request then takes the allocator's
+    /// lock (the lock-free path is not used), so it is slower; with the
+    /// checks off the fast path is exactly as fast as without the option.
+    /// On by default in debug builds (`cfg!(debug_assertions)`).
+    ///
+    /// ```
+    /// let c = tempalloc::CachingConfig::default().debug_checks(true);
+    /// assert!(c.get_debug_checks());
+    /// ```
+    pub fn debug_checks(mut self, on: bool) -> Self {
+        self.debug_checks = on;
+        self
+    }
+
+    /// See [`debug_checks`](Self::debug_checks).
+    ///
+    /// ```
+    /// let c = tempalloc::CachingConfig::default();
+    /// assert_eq!(c.get_debug_checks(), cfg!(debug_assertions));
+    /// ```
+    pub fn get_debug_checks(&self) -> bool {
+        self.debug_checks
     }
 
     /// See [`min_block_size`](Self::min_block_size).

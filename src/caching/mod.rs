@@ -3,6 +3,7 @@
 
 mod checkpoint;
 mod config;
+mod debug;
 mod slot;
 
 use core::alloc::Layout;
@@ -19,6 +20,7 @@ use crate::block_cache::{Acquired, BlockCache};
 use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
 use checkpoint::Mark;
+use debug::DebugState;
 use slot::{NO_OWNER, SLOTS, Slot, raw_thread_id, thread_id};
 
 /// The slot threads share, under the lock, when every per-thread slot is taken.
@@ -79,6 +81,8 @@ struct Shared {
     dedicated_live: usize,
     /// Counters folded in at reset, and the slow path's own.
     totals: Stats,
+    /// Canaries of the allocations since the last reset (debug checks only).
+    debug: DebugState,
 }
 
 /// The blocks behind one slot.
@@ -206,6 +210,35 @@ impl CachingAllocator {
         shared.owned = 0;
     }
 
+    /// Checks the canary after every allocation since the last reset, when
+    /// [`CachingConfig::debug_checks`] is on: a kernel that wrote past the
+    /// end of its scratch is reported here (and at the next reset, and in
+    /// [`Stats::canary_violations`]) instead of silently corrupting its
+    /// neighbour. Always `Ok` with the checks off.
+    ///
+    /// ```
+    /// use tempalloc::{CachingAllocator, CachingConfig, KernelContext};
+    ///
+    /// let temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(true));
+    /// KernelContext::new(&temp).scratch::<f32>(16)?;
+    /// assert_eq!(temp.check(), Ok(()));
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CanaryCorrupted`] for the first allocation whose canary
+    /// changed, with its address, size and the first changed byte.
+    pub fn check(&self) -> Result<(), Error> {
+        if !self.config.debug_checks {
+            return Ok(());
+        }
+        let mut shared = self.lock();
+        let (new, first) = shared.debug.check();
+        shared.totals.canary_violations += new;
+        first.map_or(Ok(()), Err)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Shared> {
         // Nothing panics while the lock is held, and the slow path leaves
         // `Shared` consistent at every early return, so poison is ignored.
@@ -218,12 +251,11 @@ impl CachingAllocator {
     #[inline(never)]
     fn allocate_slow(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         let mut shared = self.lock();
-        if self
-            .config
-            .dedicated_threshold
-            .is_some_and(|t| layout.size() >= t)
-        {
-            return self.allocate_dedicated(&mut shared, layout);
+        if self.config.debug_checks {
+            return self.allocate_checked(&mut shared, layout);
+        }
+        if self.is_dedicated(layout) {
+            return self.allocate_dedicated(&mut shared, layout, 0);
         }
         let index = self.claim_slot(&mut shared);
         let slot = &self.slots[index];
@@ -294,11 +326,20 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// A block of its own for a request at or above the dedicated threshold.
+    /// Whether `layout` gets a dedicated block.
+    fn is_dedicated(&self, layout: Layout) -> bool {
+        self.config
+            .dedicated_threshold
+            .is_some_and(|t| layout.size() >= t)
+    }
+
+    /// A block of its own for a request at or above the dedicated threshold,
+    /// with `extra` bytes of room after it (for a canary).
     fn allocate_dedicated(
         &self,
         shared: &mut Shared,
         layout: Layout,
+        extra: usize,
     ) -> Result<NonNull<[u8]>, Error> {
         shared
             .dedicated
@@ -307,11 +348,12 @@ impl CachingAllocator {
                 size: layout.size(),
                 align: layout.align(),
             })?;
-        let needed = layout.size() + layout.align().saturating_sub(PAGE);
+        // No overflow: `extra` is 0 or a canary the layout was checked to hold.
+        let needed = layout.size() + extra + layout.align().saturating_sub(PAGE);
         let block = take(&self.cache, self.config, &mut shared.totals, needed)?;
         let pad = block.ptr().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
-        // SAFETY: `pad < align`, and the block holds `size + align - PAGE`
-        // bytes with a page-aligned start, so `pad + size` fits inside it.
+        // SAFETY: `pad < align`, and the block holds `size + extra + align -
+        // PAGE` bytes with a page-aligned start, so `pad + size + extra` fits.
         let ptr = unsafe { block.ptr().add(pad) };
         shared.dedicated.push((block, layout.size()));
         shared.dedicated_live += layout.size();
@@ -371,6 +413,7 @@ impl CachingAllocator {
                 }
             }),
             dedicated: shared.dedicated.len(),
+            canaries: shared.debug.len(),
         }
     }
 
@@ -418,9 +461,14 @@ impl CachingAllocator {
         if checkpoint.allocator != self.id
             || checkpoint.resets != now
             || checkpoint.dedicated > shared.dedicated.len()
+            || checkpoint.canaries > shared.debug.len()
             || !checkpoint.marks.iter().zip(&shared.slots).all(fits)
         {
             return Err(stale);
+        }
+        if self.config.debug_checks {
+            // Before any block goes back: the memory is still ours to poison.
+            debug::recycle(shared, checkpoint.canaries);
         }
         let live = window_live(&self.slots[..], shared);
         shared.totals.high_water = shared.totals.high_water.max(live);
@@ -543,6 +591,10 @@ unsafe impl TempAllocator for CachingAllocator {
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
+        if self.config.debug_checks {
+            // Before any block goes back: the memory is still ours to poison.
+            debug::recycle(shared, 0);
+        }
         let mut live = 0;
         let mut owned = shared.owned;
         while owned != 0 {

@@ -13,6 +13,17 @@ use tempalloc::trace::{Decode, Mixed, Steady, Trace};
 
 use crate::util::{addr, check, fill};
 
+/// The release configuration: debug checks (canaries, poisoning, every
+/// request through the locked path) are off, so these tests run the lock-free
+/// fast path in every build. `debug_checks.rs` covers the checks.
+fn fast() -> CachingConfig {
+    CachingConfig::default().debug_checks(false)
+}
+
+fn fast_allocator() -> CachingAllocator {
+    CachingAllocator::with_config(fast())
+}
+
 /// Sizes a kernel window asks for, in order.
 const WINDOW: [(usize, usize); 5] = [
     (4096, 64),
@@ -37,7 +48,7 @@ fn run_window(temp: &mut CachingAllocator) -> Vec<usize> {
 
 #[test]
 fn reset_hands_back_the_same_addresses() {
-    let mut temp = CachingAllocator::new();
+    let mut temp = fast_allocator();
     run_window(&mut temp); // warm-up: learns the window's size
     let first = run_window(&mut temp);
     for _ in 0..10 {
@@ -47,7 +58,7 @@ fn reset_hands_back_the_same_addresses() {
 
 #[test]
 fn warm_up_converges_to_one_block_and_no_system_calls() {
-    let mut temp = CachingAllocator::new();
+    let mut temp = fast_allocator();
     run_window(&mut temp);
     let warm = temp.stats();
     // The first window outgrew the 64 KiB first block, so it took several.
@@ -76,7 +87,7 @@ fn warm_up_converges_to_one_block_and_no_system_calls() {
 #[test]
 fn growing_windows_keep_converging() {
     // Like decode: every window a little larger than the last.
-    let mut temp = CachingAllocator::new();
+    let mut temp = fast_allocator();
     let mut grows = 0;
     for step in 0..400usize {
         let before = temp.stats().system_allocations;
@@ -109,7 +120,7 @@ fn growing_windows_keep_converging() {
 
 #[test]
 fn smaller_windows_reuse_the_block() {
-    let mut temp = CachingAllocator::new();
+    let mut temp = fast_allocator();
     KernelContext::new(&temp)
         .allocate_temp(1 << 20, 64)
         .unwrap();
@@ -124,7 +135,7 @@ fn smaller_windows_reuse_the_block() {
 
 #[test]
 fn budget_exceeded_leaves_earlier_allocations_intact() {
-    let mut temp = CachingAllocator::with_config(CachingConfig::default().max_bytes(Some(1 << 20)));
+    let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(1 << 20)));
     {
         let ctx = KernelContext::new(&temp);
         let a = fill(ctx.allocate_temp(30_000, 64).unwrap(), 1);
@@ -150,7 +161,7 @@ fn budget_exceeded_leaves_earlier_allocations_intact() {
 
 #[test]
 fn checkpoints_nest_three_deep() {
-    let mut temp = CachingAllocator::new();
+    let mut temp = fast_allocator();
     let inference = fill(
         KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
         0,
@@ -203,7 +214,7 @@ fn checkpoints_nest_three_deep() {
 
 #[test]
 fn stale_checkpoints_are_refused() {
-    let mut temp = CachingAllocator::new();
+    let mut temp = fast_allocator();
     let cp = temp.checkpoint();
     KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
     temp.reset();
@@ -215,7 +226,7 @@ fn stale_checkpoints_are_refused() {
         }
     );
 
-    let other = CachingAllocator::new();
+    let other = fast_allocator();
     assert!(matches!(
         temp.rewind(other.checkpoint()),
         Err(Error::StaleCheckpoint { .. })
@@ -237,7 +248,7 @@ fn stale_checkpoints_are_refused() {
 #[test]
 fn threads_write_and_verify_their_own_scratch() {
     for threads in 2..=4 {
-        let mut temp = CachingAllocator::new();
+        let mut temp = fast_allocator();
         for round in 0..3 {
             let ctx = SyncKernelContext::new_sync(&temp);
             std::thread::scope(|s| {
@@ -264,7 +275,7 @@ fn threads_write_and_verify_their_own_scratch() {
 
 #[test]
 fn more_threads_than_slots_share_the_fallback() {
-    let temp = CachingAllocator::new();
+    let temp = fast_allocator();
     let threads = 24;
     std::thread::scope(|s| {
         for t in 0..threads {
@@ -286,8 +297,8 @@ fn more_threads_than_slots_share_the_fallback() {
 #[test]
 fn allocators_share_one_block_cache() {
     let cache = Arc::new(BlockCache::new(16 << 20));
-    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
-    let b = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), fast());
+    let b = CachingAllocator::with_cache(Arc::clone(&cache), fast());
     let a_ptr = addr(KernelContext::new(&a).allocate_temp(200_000, 64).unwrap());
     a.release();
     assert!(cache.idle_bytes() >= 200_000);
@@ -309,7 +320,7 @@ fn cache_frees_least_recently_used_down_to_its_budget() {
     let mut allocators: Vec<_> = sizes
         .iter()
         .map(|&size| {
-            let temp = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+            let temp = CachingAllocator::with_cache(Arc::clone(&cache), fast());
             KernelContext::new(&temp).allocate_temp(size, 4096).unwrap();
             temp
         })
@@ -339,12 +350,12 @@ fn cache_frees_least_recently_used_down_to_its_budget() {
 #[test]
 fn hard_limit_frees_idle_blocks_before_refusing() {
     let cache = Arc::new(BlockCache::with_limits(8 << 20, Some(1 << 20)));
-    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), fast());
     KernelContext::new(&a).allocate_temp(600 << 10, 64).unwrap();
     a.release();
     assert!(cache.idle_bytes() >= 600 << 10); // a whole size class
     // 800 KiB does not fit beside the idle 600 KiB block: the idle one goes.
-    let b = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+    let b = CachingAllocator::with_cache(Arc::clone(&cache), fast());
     KernelContext::new(&b).allocate_temp(800 << 10, 64).unwrap();
     assert_eq!(cache.idle_bytes(), 0);
     // Nothing idle is left to free, so this one is refused.
@@ -359,7 +370,7 @@ fn hard_limit_frees_idle_blocks_before_refusing() {
 
 #[test]
 fn dedicated_blocks_are_recycled_at_reset() {
-    let config = CachingConfig::default()
+    let config = fast()
         .dedicated_threshold(Some(1 << 20))
         .max_cached_bytes(64 << 20);
     let mut temp = CachingAllocator::with_config(config);
@@ -385,7 +396,7 @@ fn dedicated_blocks_are_recycled_at_reset() {
 fn drop_gives_everything_back() {
     let cache = Arc::new(BlockCache::new(0));
     {
-        let mut temp = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+        let mut temp = CachingAllocator::with_cache(Arc::clone(&cache), fast());
         for size in [1000, 100_000, 3_000_000] {
             KernelContext::new(&temp).allocate_temp(size, 64).unwrap();
         }
@@ -400,7 +411,7 @@ fn drop_gives_everything_back() {
 
 #[test]
 fn layouts_past_the_block_alignment_are_honoured() {
-    let mut temp = CachingAllocator::new();
+    let mut temp = fast_allocator();
     for align in [8192, 1 << 16, 1 << 21] {
         let p = temp
             .allocate(Layout::from_size_align(100, align).unwrap())
@@ -447,7 +458,7 @@ fn workloads() -> Vec<(&'static str, Trace)> {
 #[test]
 fn workloads_converge_to_zero_system_allocations_within_the_memory_target() {
     for (name, trace) in workloads() {
-        let mut temp = CachingAllocator::new();
+        let mut temp = fast_allocator();
         let warm_up = trace.replay(&mut temp).unwrap();
         assert!(
             warm_up.system_allocations > 0,
@@ -470,7 +481,7 @@ fn workloads_converge_to_zero_system_allocations_within_the_memory_target() {
 
 #[test]
 fn prefault_and_huge_page_blocks_serve_requests() {
-    let config = CachingConfig::default()
+    let config = fast()
         .prefault(true)
         .huge_pages(true)
         .min_block_size(4 << 20);

@@ -570,8 +570,8 @@ fn header_parser_sees_a_difference() {
         ("tempalloc_error tempalloc_reset(", "int tempalloc_reset("),
         ("  bool huge_pages;\n", ""),
         (
-            "#define TEMPALLOC_ERROR_INTERNAL 8",
             "#define TEMPALLOC_ERROR_INTERNAL 9",
+            "#define TEMPALLOC_ERROR_INTERNAL 10",
         ),
     ] {
         assert!(header.contains(from), "{from}");

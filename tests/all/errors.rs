@@ -122,6 +122,7 @@ fn fail_after_live_buffers(temp: &dyn TempAllocator, size: usize, align: usize) 
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "asks the system for 1 << 62 bytes, which Miri rejects")]
 fn malloc_out_of_memory_is_an_error() {
     let mut temp = MallocAllocator::new();
     for (size, align) in [(HUGE, 64), (HUGE, 1), (isize::MAX as usize, 1)] {
@@ -133,6 +134,7 @@ fn malloc_out_of_memory_is_an_error() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "asks the system for 1 << 62 bytes, which Miri rejects")]
 fn bump_out_of_memory_is_an_error() {
     let mut temp = BumpAllocator::new();
     for (size, align) in [(HUGE, 64), (HUGE, 1), (isize::MAX as usize, 1)] {

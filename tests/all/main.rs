@@ -3,15 +3,21 @@
 mod util;
 
 mod alignment;
+mod bad_input;
 mod bump;
 mod caching;
 mod capi;
 mod context;
+mod debug_checks;
 mod errors;
 mod exact_size_cache;
+mod faults;
+mod leaks;
 mod malloc;
+mod model;
 mod patterns;
 mod recording;
 mod stats;
+mod stress;
 mod trace;
 mod vec_in;

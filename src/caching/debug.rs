@@ -1,0 +1,204 @@
+//! Debug checks of a [`CachingAllocator`](super::CachingAllocator): a canary
+//! after every allocation, checked at reset, rewind and
+//! [`check`](super::CachingAllocator::check), and poison in recycled memory.
+//!
+//! With the checks on, no thread ever owns a per-thread slot, so the fast
+//! path always misses and every request comes here, under the lock, through
+//! the fallback slot. The fast path itself has no added instruction.
+
+use core::alloc::Layout;
+use core::ptr::NonNull;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::{CachingAllocator, FALLBACK, Shared};
+use crate::Error;
+use crate::temp::dangling;
+
+/// Bytes of canary written right after each allocation.
+pub(crate) const CANARY_LEN: usize = 16;
+
+/// The canary: recognisable in a hex dump, and not a run of one byte, so a
+/// `memset` or the poison overwriting it shows up too.
+pub(crate) const CANARY: [u8; CANARY_LEN] = *b"TEMPALLOC-CANARY";
+
+/// The byte recycled memory is filled with at reset and rewind.
+pub(crate) const POISON: u8 = 0xDD;
+
+/// The canaries of the allocations since the last reset, oldest first.
+#[derive(Default)]
+pub(super) struct DebugState {
+    canaries: Vec<Canary>,
+}
+
+/// One allocation and its canary, which starts `size` bytes after `ptr`.
+struct Canary {
+    ptr: NonNull<u8>,
+    size: usize,
+    /// Already counted in `Stats::canary_violations`.
+    reported: bool,
+}
+
+// SAFETY: `ptr` points into a block the allocator owns (blocks are `Send`);
+// it is only dereferenced under the allocator's lock or through `&mut`.
+unsafe impl Send for Canary {}
+
+impl Canary {
+    /// The first canary byte that changed, if any.
+    fn damage(&self) -> Option<usize> {
+        // SAFETY: the `CANARY_LEN` bytes after the allocation were carved
+        // with it (see `DebugState::carve`) and stay in a block this
+        // allocator holds until the canary is dropped; no reference to them
+        // was ever handed out. An unaligned read of a `[u8; N]` needs nothing
+        // more.
+        let bytes = unsafe {
+            self.ptr
+                .add(self.size)
+                .cast::<[u8; CANARY_LEN]>()
+                .read_unaligned()
+        };
+        bytes.iter().zip(&CANARY).position(|(a, b)| a != b)
+    }
+
+    fn error(&self, byte: usize) -> Error {
+        Error::CanaryCorrupted {
+            addr: self.ptr.as_ptr().addr(),
+            size: self.size,
+            byte,
+        }
+    }
+}
+
+impl DebugState {
+    /// How many allocations are recorded: a checkpoint's mark.
+    pub(super) fn len(&self) -> usize {
+        self.canaries.len()
+    }
+
+    /// The layout to carve for `layout`: room for the canary after it.
+    pub(super) fn padded(layout: Layout) -> Result<Layout, Error> {
+        layout
+            .size()
+            .checked_add(CANARY_LEN)
+            .and_then(|size| Layout::from_size_align(size, layout.align()).ok())
+            .ok_or(Error::SizeOverflow {
+                size: layout.size(),
+                align: layout.align(),
+            })
+    }
+
+    /// Makes room to record one more allocation, before anything is carved.
+    pub(super) fn reserve(&mut self, layout: Layout) -> Result<(), Error> {
+        self.canaries
+            .try_reserve(1)
+            .map_err(|_| Error::OutOfMemory {
+                size: layout.size(),
+                align: layout.align(),
+            })
+    }
+
+    /// Writes the canary after the `size` bytes at `ptr` (carved with
+    /// [`padded`](Self::padded)) and records it. Call [`reserve`](Self::reserve) first.
+    pub(super) fn record(&mut self, ptr: NonNull<u8>, size: usize) {
+        // SAFETY: `ptr` starts `size + CANARY_LEN` bytes just carved from a
+        // block this allocator holds, not yet handed out.
+        unsafe {
+            ptr.add(size)
+                .cast::<[u8; CANARY_LEN]>()
+                .write_unaligned(CANARY)
+        };
+        debug_assert!(self.canaries.len() < self.canaries.capacity());
+        self.canaries.push(Canary {
+            ptr,
+            size,
+            reported: false,
+        });
+    }
+
+    /// Checks every canary. Returns the violations not counted before, and
+    /// the first corrupted canary's error.
+    pub(super) fn check(&mut self) -> (u64, Option<Error>) {
+        let mut new = 0;
+        let mut first = None;
+        for canary in &mut self.canaries {
+            if let Some(byte) = canary.damage() {
+                first = first.or(Some(canary.error(byte)));
+                if !canary.reported {
+                    canary.reported = true;
+                    new += 1;
+                }
+            }
+        }
+        (new, first)
+    }
+
+    /// Checks the canaries of the allocations from the `from`th on, fills
+    /// them and their canaries with [`POISON`] and forgets them. Returns the
+    /// violations not counted before. Only with `&mut` access to the
+    /// allocator: none of that memory may still be in use.
+    pub(super) fn recycle(&mut self, from: usize) -> u64 {
+        let mut new = 0;
+        for canary in self.canaries.drain(from.min(self.canaries.len())..) {
+            if canary.damage().is_some() && !canary.reported {
+                new += 1;
+            }
+            // SAFETY: the allocation and its canary were carved together
+            // from a block the allocator still holds (recycling happens
+            // before any block is given back), and the caller's `&mut`
+            // access means no scratch slice into them is alive.
+            unsafe { canary.ptr.write_bytes(POISON, canary.size + CANARY_LEN) };
+        }
+        new
+    }
+}
+
+impl CachingAllocator {
+    /// Every request when the debug checks are on: carved with a canary
+    /// after it from the locked fallback slot (or a dedicated block), and
+    /// recorded. No thread ever owns a per-thread slot then, so the fast path
+    /// always misses and has no check of its own.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn allocate_checked(
+        &self,
+        shared: &mut Shared,
+        layout: Layout,
+    ) -> Result<NonNull<[u8]>, Error> {
+        if layout.size() == 0 {
+            // Nothing to overflow into: a dangling pointer, counted.
+            shared.totals.allocations += 1;
+            return Ok(dangling(layout));
+        }
+        let padded = DebugState::padded(layout)?;
+        shared.debug.reserve(layout)?;
+        let ptr = if self.is_dedicated(layout) {
+            self.allocate_dedicated(shared, layout, CANARY_LEN)?.cast()
+        } else {
+            shared.owned |= 1 << FALLBACK;
+            let slot = &self.slots[FALLBACK];
+            let ptr = match slot.bump(padded) {
+                Some(ptr) => ptr,
+                None => {
+                    self.grow(shared, FALLBACK, padded)?;
+                    slot.bump(padded).ok_or(Error::OutOfMemory {
+                        size: layout.size(),
+                        align: layout.align(),
+                    })?
+                }
+            };
+            // The slot counted the canary as requested; the caller did not.
+            let requested = slot.requested.load(Relaxed) - CANARY_LEN;
+            slot.requested.store(requested, Relaxed);
+            ptr
+        };
+        shared.debug.record(ptr, layout.size());
+        Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
+    }
+}
+
+/// Checks and poisons the allocations from the `from`th on (all at a reset,
+/// those after the checkpoint at a rewind), counting violations.
+#[cold]
+#[inline(never)]
+pub(super) fn recycle(shared: &mut Shared, from: usize) {
+    shared.totals.canary_violations += shared.debug.recycle(from);
+}
