@@ -24,6 +24,12 @@ fn fast_allocator() -> CachingAllocator {
     CachingAllocator::with_config(fast())
 }
 
+/// `n`, or `small` under Miri, which interprets every instruction (thread
+/// spawns and pattern bytes are what make these tests slow there).
+const fn scaled(n: usize, small: usize) -> usize {
+    if cfg!(miri) { small } else { n }
+}
+
 /// Sizes a kernel window asks for, in order.
 const WINDOW: [(usize, usize); 5] = [
     (4096, 64),
@@ -89,7 +95,8 @@ fn growing_windows_keep_converging() {
     // Like decode: every window a little larger than the last.
     let mut temp = fast_allocator();
     let mut grows = 0;
-    for step in 0..400usize {
+    let steps = scaled(400, 60);
+    for step in 0..steps {
         let before = temp.stats().system_allocations;
         {
             let ctx = KernelContext::new(&temp);
@@ -105,14 +112,17 @@ fn growing_windows_keep_converging() {
             "step {step}: {s}"
         );
     }
-    // Size classes grow by 12.5%: the 4x growth takes a few dozen steps, not 400.
-    assert!(grows < 40, "{grows} windows needed a system allocation");
+    // Size classes grow by 12.5%: the growth takes a few dozen steps, not one each.
+    assert!(
+        grows < 40.min(steps / 2),
+        "{grows} of {steps} windows needed a system allocation"
+    );
     // The same shape again: no system calls.
     let s = temp.stats();
     {
         let ctx = KernelContext::new(&temp);
-        ctx.allocate_temp(100_000 + 399 * 1000, 64).unwrap();
-        ctx.allocate_temp(50_000 + 399 * 500, 64).unwrap();
+        ctx.allocate_temp(100_000 + (steps - 1) * 1000, 64).unwrap();
+        ctx.allocate_temp(50_000 + (steps - 1) * 500, 64).unwrap();
     }
     temp.reset();
     assert_eq!(temp.stats().system_allocations, s.system_allocations);
@@ -247,16 +257,17 @@ fn stale_checkpoints_are_refused() {
 
 #[test]
 fn threads_write_and_verify_their_own_scratch() {
-    for threads in 2..=4 {
+    for threads in 2..=scaled(4, 2) {
         let mut temp = fast_allocator();
-        for round in 0..3 {
+        let buffers = scaled(50, 8);
+        for round in 0..scaled(3, 2) {
             let ctx = SyncKernelContext::new_sync(&temp);
             std::thread::scope(|s| {
                 for t in 0..threads {
                     let ctx = &ctx;
                     s.spawn(move || {
                         let tag = |i: usize| round * 1000 + t * 100 + i;
-                        let bufs: Vec<_> = (0..50)
+                        let bufs: Vec<_> = (0..buffers)
                             .map(|i| fill(ctx.allocate_temp(100 + i * 37, 64).unwrap(), tag(i)))
                             .collect();
                         for (i, buf) in bufs.iter().enumerate() {
@@ -267,7 +278,7 @@ fn threads_write_and_verify_their_own_scratch() {
             });
             drop(ctx);
             let s = temp.stats();
-            assert_eq!(s.allocations as usize, (round + 1) * threads * 50);
+            assert_eq!(s.allocations as usize, (round + 1) * threads * buffers);
             temp.reset();
         }
     }
@@ -276,22 +287,24 @@ fn threads_write_and_verify_their_own_scratch() {
 #[test]
 fn more_threads_than_slots_share_the_fallback() {
     let temp = fast_allocator();
-    let threads = 24;
+    // One more than the slots, so at least one thread shares the fallback.
+    let threads = scaled(24, 17);
+    let buffers = scaled(20, 2);
     std::thread::scope(|s| {
         for t in 0..threads {
             let temp = &temp;
             s.spawn(move || {
                 let ctx = KernelContext::new(temp);
-                let bufs: Vec<_> = (0..20)
-                    .map(|i| fill(ctx.allocate_temp(64 + i, 16).unwrap(), t * 20 + i))
+                let bufs: Vec<_> = (0..buffers)
+                    .map(|i| fill(ctx.allocate_temp(64 + i, 16).unwrap(), t * 100 + i))
                     .collect();
                 for (i, buf) in bufs.iter().enumerate() {
-                    check(buf, t * 20 + i);
+                    check(buf, t * 100 + i);
                 }
             });
         }
     });
-    assert_eq!(temp.stats().allocations, threads as u64 * 20);
+    assert_eq!(temp.stats().allocations as usize, threads * buffers);
 }
 
 #[test]
@@ -370,14 +383,15 @@ fn hard_limit_frees_idle_blocks_before_refusing() {
 
 #[test]
 fn dedicated_blocks_are_recycled_at_reset() {
+    let size = scaled(3 << 20, 96 << 10);
     let config = fast()
-        .dedicated_threshold(Some(1 << 20))
+        .dedicated_threshold(Some(size / 2))
         .max_cached_bytes(64 << 20);
     let mut temp = CachingAllocator::with_config(config);
     for _ in 0..5 {
         {
             let ctx = KernelContext::new(&temp);
-            let big = fill(ctx.allocate_temp(3 << 20, 4096).unwrap(), 7);
+            let big = fill(ctx.allocate_temp(size, 4096).unwrap(), 7);
             let small = fill(ctx.allocate_temp(1000, 64).unwrap(), 8);
             assert_eq!(addr(big) % 4096, 0);
             check(big, 7);
@@ -389,7 +403,7 @@ fn dedicated_blocks_are_recycled_at_reset() {
     // One dedicated block and one bump block, each taken from the system once.
     assert_eq!(s.system_allocations, 2, "{s}");
     assert_eq!(s.cache_hits, 4, "{s}");
-    assert_eq!(s.high_water, (3 << 20) + 1000);
+    assert_eq!(s.high_water, size + 1000);
 }
 
 #[test]
@@ -486,7 +500,7 @@ fn prefault_and_huge_page_blocks_serve_requests() {
         .huge_pages(true)
         .min_block_size(4 << 20);
     let mut temp = CachingAllocator::with_config(config);
-    for round in 0..3 {
+    for round in 0..scaled(3, 2) {
         {
             let ctx = KernelContext::new(&temp);
             let big = fill(ctx.allocate_temp(3 << 20, 4096).unwrap(), round);
