@@ -438,12 +438,11 @@ fn layouts_past_the_block_alignment_are_honoured() {
 /// The three reference workloads, small enough for a debug build (and
 /// smaller under Miri), with their ARCHITECTURE.md shapes.
 fn workloads() -> Vec<(&'static str, Trace)> {
-    let scale = if cfg!(miri) { 1 } else { 8 };
     vec![
         (
             "steady",
             Steady {
-                layers: 4 * scale,
+                layers: scaled(32, 4),
                 inferences: 3,
             }
             .generate(),
@@ -451,9 +450,9 @@ fn workloads() -> Vec<(&'static str, Trace)> {
         (
             "decode",
             Decode {
-                layers: 2,
-                prompt: 16 * scale,
-                steps: 40 * scale,
+                layers: scaled(2, 1),
+                prompt: scaled(128, 8),
+                steps: scaled(320, 6),
                 ..Decode::default()
             }
             .generate(),
@@ -461,7 +460,7 @@ fn workloads() -> Vec<(&'static str, Trace)> {
         (
             "mixed",
             Mixed {
-                inferences: 4 * scale,
+                inferences: scaled(32, 2),
                 ..Mixed::default()
             }
             .generate(),

@@ -120,6 +120,10 @@ fn exactly_at_the_cap_still_caches() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "asks the system for isize::MAX / 2 bytes, which Miri rejects"
+)]
 fn requests_that_cannot_be_a_block_are_errors() {
     let temp = ExactSizeCache::new();
     // The largest layout at 64: growing it by 63 leaves no valid block layout.

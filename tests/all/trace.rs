@@ -176,6 +176,10 @@ fn reference_trace(name: &str) -> Option<Trace> {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "reads ../shared/traces, which Miri's isolation forbids"
+)]
 fn decode_generator_matches_the_reference_trace() {
     let generated = trace::decode();
     let Some(reference) = reference_trace("decode.trace") else {
@@ -191,6 +195,10 @@ fn decode_generator_matches_the_reference_trace() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "reads ../shared/traces, which Miri's isolation forbids"
+)]
 fn steady_generator_matches_the_reference_trace() {
     let generated = trace::steady();
     let Some(reference) = reference_trace("steady.trace") else {
@@ -201,6 +209,10 @@ fn steady_generator_matches_the_reference_trace() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the full reference shape (132 225 requests) by design; safe code only, checked by cargo test"
+)]
 fn decode_shape_follows_the_formula() {
     let d = Decode::default();
     // Prefill: q = 128, qs = 32, kv = 128.
@@ -279,6 +291,10 @@ fn kernel_shape(trace: &Trace) -> (Vec<usize>, Vec<usize>) {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "the full reference shape by design; safe code only, checked by cargo test"
+)]
 fn mixed_generator_statistics() {
     let trace = trace::mixed();
     assert_eq!(trace.inferences(), 200);
