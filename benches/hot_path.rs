@@ -80,7 +80,8 @@ fn reset(c: &mut Criterion) {
 const PER_THREAD: usize = 256 * 1024;
 
 /// Time for `threads` threads to make `PER_THREAD` requests each per round,
-/// `rounds` times, with a reset between rounds: from one shared
+/// `rounds` times (after one untimed warm-up round), with a reset between
+/// rounds: from one shared
 /// `CachingAllocator` (`shared`), or each from a private `bumpalo::Bump`
 /// (the ideal: nothing shared at all, so it shows what the machine's cores
 /// give). The threads live across rounds (a barrier starts each one) so that
@@ -98,7 +99,9 @@ fn run_threads(threads: usize, rounds: u64, shared: bool) -> Duration {
             s.spawn(|| {
                 // Sized for a whole round, so it never takes a chunk after the first.
                 let mut bump = bumpalo::Bump::with_capacity(PER_THREAD * 64 + 4096);
-                for _ in 0..rounds {
+                // One untimed round first: the allocator takes its blocks
+                // (and bumpalo its chunk) there, as in any warmed-up runtime.
+                for _ in 0..=rounds {
                     start_round.wait();
                     if shared {
                         let temp = temp.read().unwrap();
@@ -116,11 +119,13 @@ fn run_threads(threads: usize, rounds: u64, shared: bool) -> Duration {
             });
         }
         let mut elapsed = Duration::ZERO;
-        for _ in 0..rounds {
+        for round in 0..=rounds {
             let start = Instant::now();
             start_round.wait();
             end_round.wait();
-            elapsed += start.elapsed();
+            if round > 0 {
+                elapsed += start.elapsed();
+            }
             temp.write().unwrap().reset();
         }
         elapsed
