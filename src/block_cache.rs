@@ -202,16 +202,15 @@ impl BlockCache {
         let mut state = self.state();
         let fits = |b: &Block| {
             b.size() >= min_size
-                && b.size() - size / 4 <= size
+                && b.size() <= size + size / 4
                 && b.is_huge() == (options.huge_pages && size >= crate::block::HUGE_PAGE)
         };
         // Best fit; among equals the most recently given back (warm in cache).
-        if let Some(i) = (0..state.idle.len())
+        let best = (0..state.idle.len())
             .rev()
             .filter(|&i| fits(&state.idle[i]))
-            .min_by_key(|&i| state.idle[i].size())
-        {
-            let block = state.idle.remove(i).expect("index from the range above");
+            .min_by_key(|&i| state.idle[i].size());
+        if let Some(block) = best.and_then(|i| state.idle.remove(i)) {
             state.idle_bytes -= block.size();
             state.stats.cache_hits += 1;
             return Ok(Acquired { block, hit: true });
