@@ -222,9 +222,12 @@ impl BlockCache {
                 let target = state.idle_bytes.saturating_sub(over);
                 state.evict_to(target);
             }
-            let requested = state.stats.bytes_held.saturating_add(size);
-            if requested > limit {
-                return Err(Error::BudgetExceeded { requested, limit });
+            if state.stats.bytes_held.saturating_add(size) > limit {
+                return Err(Error::BudgetExceeded {
+                    requested: min_size,
+                    held: state.stats.bytes_held,
+                    limit,
+                });
             }
         }
         let injected = self

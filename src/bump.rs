@@ -87,10 +87,16 @@ impl BumpAllocator {
     #[cold]
     #[inline(never)]
     fn failure(&self, layout: Layout, held_before: usize) -> Error {
-        let requested = held_before.saturating_add(layout.size());
         match self.limit {
-            Some(limit) if requested > limit || system_can_provide(layout) => {
-                Error::BudgetExceeded { requested, limit }
+            Some(limit)
+                if held_before.saturating_add(layout.size()) > limit
+                    || system_can_provide(layout) =>
+            {
+                Error::BudgetExceeded {
+                    requested: layout.size(),
+                    held: held_before,
+                    limit,
+                }
             }
             _ => Error::OutOfMemory {
                 size: layout.size(),

@@ -632,6 +632,7 @@ mod tests {
             (
                 Error::BudgetExceeded {
                     requested: 2,
+                    held: 0,
                     limit: 1,
                 },
                 TEMPALLOC_ERROR_BUDGET_EXCEEDED,

@@ -42,10 +42,15 @@ pub enum Error {
         align: usize,
     },
     /// Serving the request would take the memory held above a configured limit.
-    #[error("budget exceeded: {requested} bytes requested, limit is {limit} bytes")]
+    #[error(
+        "budget exceeded: {requested} bytes requested while {held} bytes are held, \
+         limit is {limit} bytes"
+    )]
     BudgetExceeded {
-        /// Bytes the allocator would have held after serving the request.
+        /// Bytes the caller asked for (the request's size, not a block's).
         requested: usize,
+        /// Bytes held against the limit when the request came.
+        held: usize,
         /// The configured limit, in bytes.
         limit: usize,
     },

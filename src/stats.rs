@@ -35,8 +35,14 @@ pub struct Stats {
     pub system_frees: u64,
     /// Bytes currently reserved from the system on this allocator's behalf.
     pub bytes_held: usize,
-    /// The most bytes live (requested) at once between two resets.
+    /// The most bytes live (requested) at once between two resets, over the
+    /// allocator's life.
     pub high_water: usize,
+    /// Bytes live (requested and not yet recycled) now: 0 right after a reset.
+    pub bytes_live: usize,
+    /// The most bytes live at once in the last window: the one that ended at
+    /// the last reset, or the current one if it already went higher.
+    pub window_high_water: usize,
     /// Blocks served from a block cache without a system call.
     pub cache_hits: u64,
     /// Blocks that needed a system allocation.

@@ -178,7 +178,15 @@ impl CachingAllocator {
             let ptr = match slot.bump(padded) {
                 Some(ptr) => ptr,
                 None => {
-                    self.grow(shared, FALLBACK, padded)?;
+                    self.grow(shared, FALLBACK, padded).map_err(|e| match e {
+                        // The canary is ours, not the caller's request.
+                        Error::BudgetExceeded { held, limit, .. } => Error::BudgetExceeded {
+                            requested: layout.size(),
+                            held,
+                            limit,
+                        },
+                        e => e,
+                    })?;
                     slot.bump(padded).ok_or(Error::OutOfMemory {
                         size: layout.size(),
                         align: layout.align(),

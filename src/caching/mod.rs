@@ -317,7 +317,13 @@ impl CachingAllocator {
                 size: layout.size(),
                 align: layout.align(),
             })?;
-        let block = take(&self.cache, self.config, &mut shared.totals, want)?;
+        let block = take(
+            &self.cache,
+            self.config,
+            &mut shared.totals,
+            want,
+            layout.size(),
+        )?;
         let blocks = &mut shared.slots[index];
         blocks.retired_used += slot.cursor.load(Relaxed);
         blocks.outgrown |= !blocks.chain.is_empty();
@@ -350,7 +356,13 @@ impl CachingAllocator {
             })?;
         // No overflow: `extra` is 0 or a canary the layout was checked to hold.
         let needed = layout.size() + extra + layout.align().saturating_sub(PAGE);
-        let block = take(&self.cache, self.config, &mut shared.totals, needed)?;
+        let block = take(
+            &self.cache,
+            self.config,
+            &mut shared.totals,
+            needed,
+            layout.size(),
+        )?;
         let pad = block.ptr().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
         // SAFETY: `pad < align`, and the block holds `size + extra + align -
         // PAGE` bytes with a page-aligned start, so `pad + size + extra` fits.
@@ -508,8 +520,17 @@ fn take(
     config: CachingConfig,
     totals: &mut Stats,
     bytes: usize,
+    request: usize,
 ) -> Result<Block, Error> {
-    let Acquired { block, hit } = cache.acquire(bytes, config.block)?;
+    let Acquired { block, hit } = cache.acquire(bytes, config.block).map_err(|e| match e {
+        // The cache sees a block's size; the caller asked for `request`.
+        Error::BudgetExceeded { held, limit, .. } => Error::BudgetExceeded {
+            requested: request,
+            held,
+            limit,
+        },
+        e => e,
+    })?;
     if hit {
         totals.cache_hits += 1;
     } else {

@@ -89,7 +89,8 @@ fn the_limit_is_reported_with_the_numbers() {
     assert_eq!(
         ctx.scratch::<u8>(1 << 20).unwrap_err(),
         Error::BudgetExceeded {
-            requested: held + (1 << 20),
+            requested: 1 << 20,
+            held,
             limit
         }
     );

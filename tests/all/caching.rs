@@ -152,9 +152,13 @@ fn budget_exceeded_leaves_earlier_allocations_intact() {
         let b = fill(ctx.allocate_temp(20_000, 8).unwrap(), 2);
         let err = ctx.allocate_temp(2 << 20, 64).unwrap_err();
         match err {
-            Error::BudgetExceeded { requested, limit } => {
+            Error::BudgetExceeded {
+                requested,
+                held,
+                limit,
+            } => {
                 assert_eq!(limit, 1 << 20);
-                assert!(requested > limit, "{err}");
+                assert!(held + requested > limit, "{err}");
             }
             other => panic!("expected BudgetExceeded, got {other}"),
         }
