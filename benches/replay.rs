@@ -14,6 +14,10 @@ mod allocators;
 mod counting;
 #[path = "../examples/common/exact_size_cache.rs"]
 mod exact_size_cache;
+#[path = "../examples/common/stats.rs"]
+mod stats;
+
+use stats::median;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -64,11 +68,6 @@ fn bench_replay(c: &mut Criterion) {
         }
         group.finish();
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn print_ratios() {

@@ -10,10 +10,47 @@
 #![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
+#[cfg(test)]
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static FREES: AtomicU64 = AtomicU64::new(0);
+/// The same calls made on watched threads only: tests run in parallel in one
+/// process, so a test counts the threads it watches, all of them.
+#[cfg(test)]
+static WATCHED: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(test)]
+thread_local! {
+    /// Whether this thread's allocations also count in `WATCHED`. A `const`
+    /// `Cell<bool>` needs no destructor and no allocation, so the allocator
+    /// can read it.
+    static WATCHING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// From now on, count the calling thread's allocations in
+/// [`watched_allocations`] too.
+#[cfg(test)]
+pub fn watch_this_thread() {
+    WATCHING.set(true);
+}
+
+/// Like [`allocations`], on the threads that called [`watch_this_thread`].
+#[cfg(test)]
+pub fn watched_allocations() -> u64 {
+    WATCHED.load(Ordering::Relaxed)
+}
+
+fn count() {
+    // Relaxed: counters read between steps, ordered by the thread joins, not by this.
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    // `try_with`: a thread being torn down still allocates, and counts.
+    #[cfg(test)]
+    if WATCHING.try_with(Cell::get).unwrap_or(false) {
+        WATCHED.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// The system allocator, counting.
 pub struct Counting;
@@ -33,13 +70,13 @@ pub fn frees() -> u64 {
 // on the memory.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
         unsafe { System.alloc_zeroed(layout) }
     }
@@ -51,7 +88,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }

@@ -1,18 +1,26 @@
-//! Command-line arguments: two options, parsed by hand rather than with a
-//! parser crate.
+//! Command-line arguments, parsed by hand: a handful of numeric options.
 
 use std::path::PathBuf;
 
 pub const USAGE: &str = "\
-usage: cargo run --release --example demo -- [--tokens N] [--plot FILE.svg]
+usage: cargo run --release --example demo -- [OPTIONS]
 
-  --tokens N       tokens to generate after the prompt (default 256)
-  --plot FILE.svg  draw time per token against position, one line per allocator
+  --context N      prompt tokens, prefilled in chunks (default 1024)
+  --tokens N       tokens to generate, the prefill's included (default 16)
+  --layers N       transformer layers (default 2; Llama-3.2-1B has 16)
+  --chunk N        prefill chunk, in tokens (default 128)
+  --tiny           the old toy model (d_model 256, 4 heads, 32-token prompt)
+  --plot FILE.svg  draw the allocator's share of each step's time against
+                   the context length, one line per allocator
   -h, --help       print this help";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
-    pub tokens: usize,
+    pub context: Option<usize>,
+    pub tokens: Option<usize>,
+    pub layers: Option<usize>,
+    pub chunk: Option<usize>,
+    pub tiny: bool,
     pub plot: Option<PathBuf>,
 }
 
@@ -28,20 +36,29 @@ impl Args {
 
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
         let mut parsed = Args {
-            tokens: 256,
+            context: None,
+            tokens: None,
+            layers: None,
+            chunk: None,
+            tiny: false,
             plot: None,
         };
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
-            match arg.as_str() {
-                "--tokens" => {
-                    let v = value()?;
-                    parsed.tokens = match v.parse() {
-                        Ok(n) if n > 0 => n,
-                        _ => return Err(format!("--tokens needs a positive integer, got {v:?}")),
-                    };
+            let mut positive = || {
+                let v = value()?;
+                match v.parse() {
+                    Ok(n) if n > 0 => Ok(Some(n)),
+                    _ => Err(format!("{arg} needs a positive integer, got {v:?}")),
                 }
+            };
+            match arg.as_str() {
+                "--context" => parsed.context = positive()?,
+                "--tokens" => parsed.tokens = positive()?,
+                "--layers" => parsed.layers = positive()?,
+                "--chunk" => parsed.chunk = positive()?,
+                "--tiny" => parsed.tiny = true,
                 "--plot" => parsed.plot = Some(PathBuf::from(value()?)),
                 "-h" | "--help" => return Ok(None),
                 _ => return Err(format!("unknown argument {arg:?}")),
@@ -61,20 +78,31 @@ mod tests {
 
     #[test]
     fn options_and_errors() {
-        assert_eq!(
-            parse(&[]),
-            Ok(Some(Args {
-                tokens: 256,
-                plot: None
-            }))
-        );
+        let none = Args {
+            context: None,
+            tokens: None,
+            layers: None,
+            chunk: None,
+            tiny: false,
+            plot: None,
+        };
+        assert_eq!(parse(&[]), Ok(Some(none.clone())));
         let args = Args {
-            tokens: 9,
+            context: Some(64),
+            tokens: Some(9),
+            layers: Some(16),
+            chunk: Some(8),
+            tiny: true,
             plot: Some("t.svg".into()),
         };
-        assert_eq!(parse(&["--tokens", "9", "--plot", "t.svg"]), Ok(Some(args)));
+        let all = [
+            "--context", "64", "--tokens", "9", "--layers", "16", "--chunk", "8", "--tiny",
+            "--plot", "t.svg",
+        ];
+        assert_eq!(parse(&all), Ok(Some(args)));
         assert_eq!(parse(&["--help"]), Ok(None));
         assert!(parse(&["--tokens", "0"]).is_err());
+        assert!(parse(&["--context", "x"]).is_err());
         assert!(parse(&["--tokens"]).is_err());
         assert!(parse(&["--frobnicate"]).is_err());
     }

@@ -1,7 +1,8 @@
-//! The model: a tiny decoder-only transformer (pre-norm, int8 linear layers,
-//! causal multi-head attention, SiLU MLP) with random weights from a fixed
-//! seed. The weights mean nothing; the shapes, the kernel calls and the
-//! scratch they ask for are those of a real LLM decode loop, scaled down.
+//! The model: a decoder-only transformer at Llama-3.2-1B's geometry by
+//! default (pre-norm, int8 linear layers, grouped-query causal attention
+//! over an int8 KV cache, SwiGLU MLP, tied embeddings) with random int8
+//! weights from a fixed seed. The weights mean nothing; the shapes, the
+//! kernel calls and the scratch they ask for are those of a real LLM.
 //!
 //! Weights, the KV cache and the activations are owned `Vec`s sized once:
 //! they outlive kernel calls, so they are not scratch, and sizing them up
@@ -10,9 +11,9 @@
 use rayon::ThreadPool;
 use tempalloc::TempAllocator;
 
-use crate::kernels::quantize::{QuantMatrix, qlinear};
+use crate::kernels::quantize::{QuantMatrix, qlinear, quantize_rows};
 use crate::kernels::sample::{Sampling, sample_top_k};
-use crate::kernels::sdpa::{AttentionShape, Inputs, SdpaPlan, sdpa};
+use crate::kernels::sdpa::{AttentionShape, CacheInputs, QuantRows, SdpaPlan, sdpa_int8};
 use crate::reference;
 use crate::rng::Rng;
 use crate::runtime::{StepError, run_kernel};
@@ -21,12 +22,17 @@ use crate::runtime::{StepError, run_kernel};
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     pub layers: usize,
+    /// Query heads.
     pub heads: usize,
+    /// Key/value heads (grouped-query attention).
+    pub kv_heads: usize,
     pub head_dim: usize,
     pub vocab: usize,
-    /// Width of the MLP's hidden layer.
+    /// Width of the MLP's hidden layer (gate and up projections each).
     pub ffn: usize,
+    /// Prompt tokens, prefilled in chunks of `chunk` tokens.
     pub prompt_len: usize,
+    pub chunk: usize,
     pub seed: u64,
     pub sampling: Sampling,
     pub attention: SdpaPlan,
@@ -36,24 +42,35 @@ impl Config {
     pub fn d_model(&self) -> usize {
         self.heads * self.head_dim
     }
+
+    /// Floats of one position's keys (or values).
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Rows of the fused query/key/value projection.
+    fn qkv_rows(&self) -> usize {
+        self.d_model() + 2 * self.kv_width()
+    }
 }
 
 /// How far the tiled attention of the first step may drift from the naive
 /// reference: float sums in another order, nothing more.
 const ATTENTION_TOLERANCE: f32 = 1e-4;
 
-/// All weights, shared by every generation run.
+/// All weights, shared by every generation run: int8 with one scale per row.
 pub struct Weights {
-    embed: Vec<f32>,
+    /// The embedding table, also the output projection (tied, as in Llama 3.2 1B).
+    embed: QuantMatrix,
     layers: Vec<Layer>,
-    lm_head: QuantMatrix,
 }
 
 struct Layer {
     /// Query, key and value projections in one matrix: one kernel call.
     qkv: QuantMatrix,
     out: QuantMatrix,
-    up: QuantMatrix,
+    /// Gate and up projections in one matrix: `2 * ffn` rows.
+    gate_up: QuantMatrix,
     down: QuantMatrix,
 }
 
@@ -63,37 +80,73 @@ impl Weights {
         let d = config.d_model();
         // Uniform with variance 1 / fan_in keeps activations near unit scale.
         let mut matrix = |rows: usize, cols: usize| {
-            let values = rng.vec(rows * cols, (3.0 / cols as f32).sqrt());
-            QuantMatrix::quantize(&values, rows, cols)
+            QuantMatrix::random(&mut rng, rows, cols, (3.0 / cols as f32).sqrt())
         };
         let layers = (0..config.layers)
             .map(|_| Layer {
-                qkv: matrix(3 * d, d),
+                qkv: matrix(config.qkv_rows(), d),
                 out: matrix(d, d),
-                up: matrix(config.ffn, d),
+                gate_up: matrix(2 * config.ffn, d),
                 down: matrix(d, config.ffn),
             })
             .collect();
-        let lm_head = matrix(config.vocab, d);
-        Weights {
-            embed: rng.vec(config.vocab * d, 1.0),
-            layers,
-            lm_head,
+        let embed = QuantMatrix::random(&mut rng, config.vocab, d, 1.0);
+        Weights { embed, layers }
+    }
+}
+
+/// One layer's int8 KV cache: per position, `kv_heads` rows of `head_dim`
+/// codes with one scale each.
+struct LayerCache {
+    k: Vec<i8>,
+    k_scales: Vec<f32>,
+    v: Vec<i8>,
+    v_scales: Vec<f32>,
+}
+
+impl LayerCache {
+    fn new(config: &Config, positions: usize) -> Self {
+        let (codes, heads) = (positions * config.kv_width(), positions * config.kv_heads);
+        LayerCache {
+            k: Vec::with_capacity(codes),
+            k_scales: Vec::with_capacity(heads),
+            v: Vec::with_capacity(codes),
+            v_scales: Vec::with_capacity(heads),
         }
     }
+
+    /// Appends one position; within capacity, so no reallocation.
+    fn append(&mut self, k: &[f32], v: &[f32], dim: usize) {
+        append_rows(&mut self.k, &mut self.k_scales, k, dim);
+        append_rows(&mut self.v, &mut self.v_scales, v, dim);
+    }
+}
+
+fn append_rows(codes: &mut Vec<i8>, scales: &mut Vec<f32>, row: &[f32], dim: usize) {
+    let (c, s) = (codes.len(), scales.len());
+    codes.resize(c + row.len(), 0);
+    scales.resize(s + row.len() / dim, 0.0);
+    quantize_rows(row, dim, &mut codes[c..], &mut scales[s..]);
+}
+
+/// `codes * scale`, one scale per `dim` codes: the reference's view of the cache.
+fn dequantized(codes: &[i8], scales: &[f32], dim: usize) -> Vec<f32> {
+    codes
+        .chunks_exact(dim)
+        .zip(scales)
+        .flat_map(|(c, &s)| c.iter().map(move |&c| f32::from(c) * s))
+        .collect()
 }
 
 /// One generation's mutable state: the KV cache and the activation buffers.
 pub struct State {
-    /// Per layer, `positions x d_model` keys and values.
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
+    cache: Vec<LayerCache>,
     /// Positions in the cache.
     len: usize,
     act: Activations,
 }
 
-/// Activations for up to `prompt_len` rows (the largest step, the prefill).
+/// Activations for up to `chunk` rows (the largest step, a prefill chunk).
 struct Activations {
     x: Vec<f32>,
     normed: Vec<f32>,
@@ -101,6 +154,7 @@ struct Activations {
     q: Vec<f32>,
     attn: Vec<f32>,
     proj: Vec<f32>,
+    gate_up: Vec<f32>,
     hidden: Vec<f32>,
     logits: Vec<f32>,
 }
@@ -109,27 +163,29 @@ impl State {
     /// Room for `positions` tokens in the cache, so appending never reallocates.
     pub fn new(config: &Config, positions: usize) -> Self {
         let d = config.d_model();
-        let rows = config.prompt_len.max(1);
-        let cache = || {
-            (0..config.layers)
-                .map(|_| Vec::with_capacity(positions * d))
-                .collect()
-        };
+        let rows = config.chunk.max(1);
         State {
-            keys: cache(),
-            values: cache(),
+            cache: (0..config.layers)
+                .map(|_| LayerCache::new(config, positions))
+                .collect(),
             len: 0,
             act: Activations {
                 x: vec![0.0; rows * d],
                 normed: vec![0.0; rows * d],
-                qkv: vec![0.0; rows * 3 * d],
+                qkv: vec![0.0; rows * config.qkv_rows()],
                 q: vec![0.0; rows * d],
                 attn: vec![0.0; rows * d],
                 proj: vec![0.0; rows * d],
+                gate_up: vec![0.0; rows * 2 * config.ffn],
                 hidden: vec![0.0; rows * config.ffn],
                 logits: vec![0.0; config.vocab],
             },
         }
+    }
+
+    /// Positions in the KV cache.
+    pub fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -142,12 +198,11 @@ pub struct Model<'w> {
 }
 
 impl Model<'_> {
-    /// Runs `tokens` (the prompt, then one token per step) through the model,
-    /// appends them to the cache and samples the next token with `uniform`.
-    /// `tokens` is not empty and fits in the activations (`prompt_len` rows).
-    /// Every kernel call gets a fresh context over `temp`, which is reset
-    /// after it. With `check`, the first layer's attention is compared with
-    /// the naive reference.
+    /// Runs `tokens` (a prompt chunk, or one token per decode step) through
+    /// the model, appends them to the cache and samples the next token with
+    /// `uniform`. `tokens` is not empty and at most `chunk` long. Every
+    /// kernel call goes through `run_kernel`. With `check`, the first
+    /// layer's attention is compared with the naive reference.
     pub fn step(
         &self,
         state: &mut State,
@@ -156,63 +211,80 @@ impl Model<'_> {
         uniform: f32,
         check: bool,
     ) -> Result<u32, StepError> {
-        let (config, weights) = (&self.config, self.weights);
-        let (d, rows) = (config.d_model(), tokens.len());
+        let (config, weights, pool) = (&self.config, self.weights, self.pool);
+        let (d, kvd, rows) = (config.d_model(), config.kv_width(), tokens.len());
         let a = &mut state.act;
         let shape = AttentionShape {
             heads: config.heads,
+            kv_heads: config.kv_heads,
             head_dim: config.head_dim,
             q_len: rows,
             kv_len: state.len + rows,
         };
         let x = &mut a.x[..rows * d];
         for (row, &token) in x.chunks_exact_mut(d).zip(tokens) {
-            row.copy_from_slice(&weights.embed[token as usize * d..][..d]);
+            weights.embed.dequantize_row(token as usize, row);
         }
 
         for (l, layer) in weights.layers.iter().enumerate() {
             rms_norm(&a.x[..rows * d], &mut a.normed[..rows * d], d);
-            let qkv = &mut a.qkv[..rows * 3 * d];
+            let qkv = &mut a.qkv[..rows * config.qkv_rows()];
             run_kernel(temp, "qkv", |ctx| {
-                qlinear(ctx, &a.normed[..rows * d], &layer.qkv, qkv)
+                qlinear(ctx, pool, &a.normed[..rows * d], &layer.qkv, qkv)
             })?;
-            for (row, qkv) in a.q.chunks_exact_mut(d).zip(qkv.chunks_exact(3 * d)) {
+            let cache = &mut state.cache[l];
+            for (row, qkv) in a.q.chunks_exact_mut(d).zip(qkv.chunks_exact(config.qkv_rows())) {
                 row.copy_from_slice(&qkv[..d]);
-                state.keys[l].extend_from_slice(&qkv[d..2 * d]);
-                state.values[l].extend_from_slice(&qkv[2 * d..]);
+                cache.append(&qkv[d..d + kvd], &qkv[d + kvd..], config.head_dim);
             }
 
             let (q, attn) = (&a.q[..rows * d], &mut a.attn[..rows * d]);
-            let (keys, values) = (&state.keys[l][..], &state.values[l][..]);
-            let inputs = Inputs {
+            let inputs = CacheInputs {
                 shape,
                 q,
-                k: keys,
-                v: values,
+                k: QuantRows {
+                    codes: &cache.k,
+                    scales: &cache.k_scales,
+                },
+                v: QuantRows {
+                    codes: &cache.v,
+                    scales: &cache.v_scales,
+                },
             };
             run_kernel(temp, "sdpa", |ctx| {
-                sdpa(ctx, self.pool, config.attention, inputs, attn)
+                sdpa_int8(ctx, pool, config.attention, inputs, attn)
             })?;
             if check && l == 0 {
+                let dim = config.head_dim;
+                let keys = dequantized(&cache.k, &cache.k_scales, dim);
+                let values = dequantized(&cache.v, &cache.v_scales, dim);
                 let max_diff =
-                    reference::max_abs_diff(attn, &reference::sdpa(shape, q, keys, values));
+                    reference::max_abs_diff(attn, &reference::sdpa(shape, q, &keys, &values));
                 if max_diff > ATTENTION_TOLERANCE {
                     return Err(StepError::Mismatch { max_diff });
                 }
             }
 
             let proj = &mut a.proj[..rows * d];
-            run_kernel(temp, "attn_out", |ctx| qlinear(ctx, attn, &layer.out, proj))?;
+            run_kernel(temp, "attn_out", |ctx| {
+                qlinear(ctx, pool, attn, &layer.out, proj)
+            })?;
             add(&mut a.x[..rows * d], proj);
 
             rms_norm(&a.x[..rows * d], &mut a.normed[..rows * d], d);
-            let hidden = &mut a.hidden[..rows * config.ffn];
-            run_kernel(temp, "ffn_up", |ctx| {
-                qlinear(ctx, &a.normed[..rows * d], &layer.up, hidden)
+            let (ffn, gate_up) = (config.ffn, &mut a.gate_up[..rows * 2 * config.ffn]);
+            run_kernel(temp, "gate_up", |ctx| {
+                qlinear(ctx, pool, &a.normed[..rows * d], &layer.gate_up, gate_up)
             })?;
-            hidden.iter_mut().for_each(|h| *h = silu(*h));
-            run_kernel(temp, "ffn_down", |ctx| {
-                qlinear(ctx, hidden, &layer.down, proj)
+            let hidden = &mut a.hidden[..rows * ffn];
+            for (h, gu) in hidden.chunks_exact_mut(ffn).zip(gate_up.chunks_exact(2 * ffn)) {
+                let (gate, up) = gu.split_at(ffn);
+                for ((h, &g), &u) in h.iter_mut().zip(gate).zip(up) {
+                    *h = silu(g) * u;
+                }
+            }
+            run_kernel(temp, "down", |ctx| {
+                qlinear(ctx, pool, hidden, &layer.down, proj)
             })?;
             add(&mut a.x[..rows * d], proj);
         }
@@ -222,7 +294,7 @@ impl Model<'_> {
         rms_norm(&a.x[(rows - 1) * d..rows * d], &mut a.normed[..d], d);
         let logits = &mut a.logits;
         run_kernel(temp, "lm_head", |ctx| {
-            qlinear(ctx, &a.normed[..d], &weights.lm_head, logits)
+            qlinear(ctx, pool, &a.normed[..d], &weights.embed, logits)
         })?;
         run_kernel(temp, "sample", |ctx| {
             sample_top_k(ctx, logits, config.sampling, uniform)

@@ -1,4 +1,5 @@
-//! `--plot FILE.svg`: time per token against position, one line per allocator.
+//! `--plot FILE.svg`: the temp allocator's share of each step's time against
+//! the context length (positions in the KV cache), one line per allocator.
 
 use std::error::Error;
 use std::path::Path;
@@ -9,41 +10,45 @@ use crate::runtime::Run;
 
 const COLORS: [RGBColor; 4] = [BLUE, RED, GREEN, MAGENTA];
 
-/// Draws the decode steps of every run. The prefill step (the whole prompt at
-/// once) is left out: it is tens of times slower and would flatten the rest.
-pub fn write_svg(path: &Path, runs: &[Run], prompt_len: usize) -> Result<(), Box<dyn Error>> {
-    let decode = |run: &Run| {
-        let positions = (prompt_len + 1..).map(|p| p as f64);
-        positions
-            .zip(run.step_ms.iter().skip(1).copied())
-            .collect::<Vec<_>>()
+/// Every step of every run: the prefill chunks, then the decode tokens.
+pub fn write_svg(path: &Path, runs: &[Run]) -> Result<(), Box<dyn Error>> {
+    let points = |run: &Run| -> Vec<(f64, f64)> {
+        run.steps
+            .iter()
+            .map(|s| (s.kv_len as f64, 100.0 * s.alloc_ns / (s.ms * 1e6)))
+            .collect()
     };
-    let last = runs.iter().map(|r| r.step_ms.len()).max().unwrap_or(0);
+    let x_max = runs
+        .iter()
+        .flat_map(|r| r.steps.last())
+        .map(|s| s.kv_len as f64)
+        .fold(1.0, f64::max);
     let y_max = runs
         .iter()
-        .flat_map(|r| r.step_ms.iter().skip(1))
-        .copied()
-        .fold(0.0, f64::max);
+        .flat_map(points)
+        .map(|(_, y)| y)
+        .fold(0.0, f64::max)
+        .max(1e-3);
 
     let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("decode time per token", ("sans-serif", 22))
+        .caption(
+            "time inside the temp allocator, share of each step",
+            ("sans-serif", 22),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(56)
-        .build_cartesian_2d(
-            prompt_len as f64..(prompt_len + last) as f64,
-            0.0..y_max * 1.05,
-        )?;
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max * 1.05)?;
     chart
         .configure_mesh()
-        .x_desc("position (tokens in the KV cache)")
-        .y_desc("ms per token")
+        .x_desc("context length (positions in the KV cache after the step)")
+        .y_desc("% of the step's time")
         .draw()?;
     for (run, &color) in runs.iter().zip(COLORS.iter().cycle()) {
         chart
-            .draw_series(LineSeries::new(decode(run), color))?
+            .draw_series(LineSeries::new(points(run), color))?
             .label(run.name)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
     }

@@ -11,6 +11,10 @@ pub fn sdpa(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> 
     let row = |m: &[f32], position: usize, head: usize| -> Vec<f32> {
         m[position * width + head * dim..][..dim].to_vec()
     };
+    let group = shape.heads / shape.kv_heads;
+    let kv_row = |m: &[f32], position: usize, head: usize| -> Vec<f32> {
+        m[position * shape.kv_width() + head / group * dim..][..dim].to_vec()
+    };
     let mut out = vec![0.0; shape.q_len * width];
     for head in 0..shape.heads {
         for i in 0..shape.q_len {
@@ -18,7 +22,7 @@ pub fn sdpa(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> 
             let qi = row(q, i, head);
             let scores: Vec<f32> = (0..visible)
                 .map(|j| {
-                    row(k, j, head)
+                    kv_row(k, j, head)
                         .iter()
                         .zip(&qi)
                         .map(|(a, b)| a * b)
@@ -32,7 +36,7 @@ pub fn sdpa(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> 
             for (j, w) in weights.iter().enumerate() {
                 for (o, x) in out[i * width + head * dim..][..dim]
                     .iter_mut()
-                    .zip(row(v, j, head))
+                    .zip(kv_row(v, j, head))
                 {
                     *o += w / total * x;
                 }

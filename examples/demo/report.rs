@@ -1,71 +1,59 @@
 //! The table the demo prints: one row per allocator.
 
-use crate::runtime::Run;
+use crate::runtime::{Run, Step};
+use crate::stats::median;
 
-/// Tokens shown per row: enough to see that the runs agree.
-const SHOWN_TOKENS: usize = 8;
-
-/// Columns (docs/demo.md explains them): median ms per token; scratch
-/// requests per token; system allocations per token after the first,
-/// process-wide (counted by the global allocator) and by the temp allocator
-/// itself (its `Stats`); bytes the allocator holds at the end.
-pub fn print_table(runs: &[Run]) {
+/// Columns (docs/demo.md explains them), over the decode steps (one token
+/// each) unless said otherwise: median ms per token; median microseconds
+/// inside the temp allocator per token and the allocator's share of all
+/// decode time; minor page faults and system allocations per token (means);
+/// the peak bytes the allocator held over the peak bytes live between two
+/// resets, the first inference included; the prefill's time and page
+/// faults; whether the tokens agree with the first allocator's.
+pub fn print_table(runs: &[Run], agree: bool) {
     println!(
-        "{:<10} {:>9} {:>13} {:>16} {:>12} {:>10}  first tokens",
-        "allocator", "ms/token", "scratch/token", "sys allocs/token", "by allocator", "bytes held"
+        "{:<17} {:>9} {:>10} {:>7} {:>13} {:>11} {:>10} {:>9} {:>14}  {}",
+        "allocator",
+        "ms/token",
+        "alloc us",
+        "share",
+        "faults/token",
+        "sys allocs",
+        "held/live",
+        "prefill s",
+        "prefill faults",
+        "tokens agree",
     );
     for run in runs {
-        let generated = run.tokens.len() as f64;
-        // Steps after the first: the first is the prefill, and warms caches up.
-        let later = run.tokens.len().saturating_sub(1) as f64;
-        let system: u64 = run.system_allocations.iter().skip(1).sum();
-        let own = run.stats.system_allocations - run.stats_after_first.system_allocations;
-        let first: Vec<String> = run
-            .tokens
-            .iter()
-            .take(SHOWN_TOKENS)
-            .map(u32::to_string)
-            .collect();
+        let decode = run.decode();
+        let prefill = &run.steps[..run.prefill_steps];
+        let ms: f64 = decode.iter().map(|s| s.ms).sum();
+        let alloc_ns: f64 = decode.iter().map(|s| s.alloc_ns).sum();
         println!(
-            "{:<10} {:>9.3} {:>13.1} {:>16} {:>12} {:>10}  {} ...",
+            "{:<17} {:>9.2} {:>10.1} {:>6.2}% {:>13} {:>11} {:>9.2}x {:>9.2} {:>14}  {}",
             run.name,
-            median(&run.step_ms),
-            run.stats.allocations as f64 / generated,
-            per_step(system, later),
-            per_step(own, later),
-            run.stats.bytes_held,
-            first.join(" "),
+            median(&mut decode.iter().map(|s| s.ms).collect::<Vec<_>>()),
+            median(&mut decode.iter().map(|s| s.alloc_ns / 1e3).collect::<Vec<_>>()),
+            100.0 * alloc_ns / (ms * 1e6),
+            per_step(decode, |s| s.faults),
+            per_step(decode, |s| Some(s.system_allocations)),
+            run.peak_held as f64 / run.peak_live.max(1) as f64,
+            prefill.iter().map(|s| s.ms).sum::<f64>() / 1e3,
+            total(prefill, |s| s.faults).map_or("-".to_owned(), |t| t.to_string()),
+            if agree { "yes" } else { "no" },
         );
     }
 }
 
-/// `total / steps` with one decimal, or "-" when there are no later steps.
-fn per_step(total: u64, steps: f64) -> String {
-    if steps == 0.0 {
-        "-".to_owned()
-    } else {
-        format!("{:.1}", total as f64 / steps)
-    }
+/// The sum of `field` over `steps`, if every step has it.
+fn total(steps: &[Step], field: impl Fn(&Step) -> Option<u64>) -> Option<u64> {
+    steps.iter().map(field).sum()
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_of_odd_and_even_lengths() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert!(median(&[]).is_nan());
+/// The mean of `field` per step with one decimal, or "-" when unknown.
+fn per_step(steps: &[Step], field: impl Fn(&Step) -> Option<u64>) -> String {
+    match total(steps, field) {
+        Some(t) if !steps.is_empty() => format!("{:.1}", t as f64 / steps.len() as f64),
+        _ => "-".to_owned(),
     }
 }

@@ -25,6 +25,7 @@ impl Rng {
     }
 
     /// Uniform in `[-scale, scale)`.
+    #[cfg(test)]
     pub fn symmetric(&mut self, scale: f32) -> f32 {
         (self.next_f32() * 2.0 - 1.0) * scale
     }
@@ -35,6 +36,7 @@ impl Rng {
     }
 
     /// `len` values uniform in `[-scale, scale)`.
+    #[cfg(test)]
     pub fn vec(&mut self, len: usize, scale: f32) -> Vec<f32> {
         (0..len).map(|_| self.symmetric(scale)).collect()
     }

@@ -1,15 +1,20 @@
 //! The runtime side: how kernels are called (a fresh context per call and a
-//! reset after it, as ExecuTorch does after every instruction) and the
-//! generation loop that times and counts each step.
+//! reset after it, as ExecuTorch does after every instruction: every kernel
+//! call goes through [`run_kernel`]) and the generation loop that times and
+//! counts each step.
 
+use std::alloc::Layout;
+use std::cell::Cell;
 use std::fmt;
+use std::ptr::NonNull;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::{ThreadPool, ThreadPoolBuildError, ThreadPoolBuilder};
 use tempalloc::{Error, KernelContext, Stats, TempAllocator, with_context};
 
-use crate::SYSTEM;
+
+use crate::counting;
 use crate::model::{Model, State};
 use crate::rng::Rng;
 
@@ -75,64 +80,192 @@ pub fn run_kernel<R>(
     })
 }
 
+/// What one step (a prefill chunk or a decode token) measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Step {
+    /// Positions in the KV cache after the step.
+    pub kv_len: usize,
+    pub ms: f64,
+    /// Time inside the temp allocator (allocate and reset), timer cost subtracted.
+    pub alloc_ns: f64,
+    /// Minor page faults in the process during the step (`getrusage`).
+    pub faults: Option<u64>,
+    /// Calls into the system allocator during the step, process-wide.
+    pub system_allocations: u64,
+}
+
 /// What one allocator's generation measured.
 pub struct Run {
     pub name: &'static str,
     pub tokens: Vec<u32>,
-    /// Wall time of each step (the first is the prompt's prefill).
-    pub step_ms: Vec<f64>,
-    /// Calls into the system allocator during each step, process-wide.
-    pub system_allocations: Vec<u64>,
-    /// The allocator's counters after the first step, and at the end.
-    pub stats_after_first: Stats,
-    pub stats: Stats,
+    /// The prefill chunks (the first inference), then one step per decode token.
+    pub steps: Vec<Step>,
+    pub prefill_steps: usize,
+    /// Scratch requests in the whole run.
+    pub requests: u64,
+    /// The most bytes the allocator held, and the most bytes live between
+    /// two resets, over the whole run (the first inference included).
+    pub peak_held: usize,
+    pub peak_live: usize,
+}
+
+impl Run {
+    pub fn decode(&self) -> &[Step] {
+        &self.steps[self.prefill_steps..]
+    }
 }
 
 /// The sampler's random stream, apart from the weights' (same seed, other stream).
 const SAMPLING_STREAM: u64 = 0x5A3D_1E5E_ED00_0001;
 
-/// Generates `count` tokens after `prompt` with scratch from `temp`.
+/// Prefills `prompt` in chunks, then generates until `count` tokens (the
+/// prefill's included) with scratch from `temp`, timing every step.
 pub fn generate(
     name: &'static str,
-    mut temp: Box<dyn TempAllocator>,
+    temp: Box<dyn TempAllocator>,
     model: &Model,
     prompt: &[u32],
     count: usize,
 ) -> Result<Run, StepError> {
+    let mut temp = Timed::new(temp);
     let mut state = State::new(&model.config, prompt.len() + count);
     let mut rng = Rng::new(model.config.seed ^ SAMPLING_STREAM);
+    let chunks = prompt.chunks(model.config.chunk.max(1));
+    let prefill_steps = chunks.len();
     let mut run = Run {
         name,
         tokens: Vec::with_capacity(count),
-        step_ms: Vec::with_capacity(count),
-        system_allocations: Vec::with_capacity(count),
-        stats_after_first: Stats::default(),
-        stats: Stats::default(),
+        steps: Vec::with_capacity(prefill_steps + count),
+        prefill_steps,
+        requests: 0,
+        peak_held: 0,
+        peak_live: 0,
     };
-    let bar = progress_bar(name, count);
-    for step in 0..count {
-        let input = match run.tokens.last() {
-            None => prompt,
-            Some(last) => std::slice::from_ref(last),
+    let bar = progress_bar(name, prefill_steps + count - 1);
+    let mut inputs = chunks.collect::<Vec<_>>().into_iter();
+    let mut last = 0;
+    for step in 0..prefill_steps + count - 1 {
+        let input = match inputs.next() {
+            Some(chunk) => chunk,
+            None => std::slice::from_ref(&last),
         };
         let uniform = rng.next_f32();
         // Only the step is timed and counted: not the bar, not the bookkeeping.
-        let allocations_before = SYSTEM.allocations();
+        let faults_before = minor_faults();
+        let allocations_before = counting::allocations();
+        let alloc_before = temp.nanos();
         let start = Instant::now();
-        let token = model.step(&mut state, &mut *temp, input, uniform, step == 0)?;
+        let token = model.step(&mut state, &mut temp, input, uniform, step == 0)?;
         let elapsed = start.elapsed();
-        run.system_allocations
-            .push(SYSTEM.allocations() - allocations_before);
-        run.step_ms.push(elapsed.as_secs_f64() * 1e3);
-        run.tokens.push(token);
-        if step == 0 {
-            run.stats_after_first = temp.stats();
+        run.steps.push(Step {
+            kv_len: state.len(),
+            ms: elapsed.as_secs_f64() * 1e3,
+            alloc_ns: temp.nanos() - alloc_before,
+            faults: minor_faults().zip(faults_before).map(|(a, b)| a - b),
+            system_allocations: counting::allocations() - allocations_before,
+        });
+        if step + 1 >= prefill_steps {
+            run.tokens.push(token);
         }
+        last = token;
         bar.inc(1);
     }
     bar.finish_and_clear();
-    run.stats = temp.stats();
+    run.requests = temp.inner.stats().allocations;
+    run.peak_held = temp.peak_held;
+    run.peak_live = temp.peak_live.get();
     Ok(run)
+}
+
+/// Minor page faults of the process so far (every thread), on Linux.
+#[cfg(target_os = "linux")]
+fn minor_faults() -> Option<u64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: `getrusage` writes a whole `rusage` through the valid pointer
+    // and reports failure in its return value, checked before reading.
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0;
+    // SAFETY: `getrusage` returned 0, so it initialised `usage`.
+    ok.then(|| unsafe { usage.assume_init() }.ru_minflt as u64)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn minor_faults() -> Option<u64> {
+    None
+}
+
+/// A temp allocator that times every call into the one it wraps and follows
+/// the bytes held and live, so every allocator is measured the same way.
+pub struct Timed {
+    inner: Box<dyn TempAllocator>,
+    nanos: Cell<f64>,
+    live: Cell<usize>,
+    peak_live: Cell<usize>,
+    peak_held: usize,
+    /// What an empty `Instant::now()` + `elapsed()` pair costs, subtracted.
+    overhead_ns: f64,
+}
+
+impl Timed {
+    pub fn new(inner: Box<dyn TempAllocator>) -> Self {
+        Timed {
+            inner,
+            nanos: Cell::new(0.0),
+            live: Cell::new(0),
+            peak_live: Cell::new(0),
+            peak_held: 0,
+            overhead_ns: timer_overhead_ns(),
+        }
+    }
+
+    /// Nanoseconds spent inside the wrapped allocator so far.
+    pub fn nanos(&self) -> f64 {
+        self.nanos.get()
+    }
+
+    fn add(&self, start: Instant) {
+        let ns = start.elapsed().as_nanos() as f64 - self.overhead_ns;
+        self.nanos.set(self.nanos.get() + ns.max(0.0));
+    }
+}
+
+/// The median cost of timing nothing, over a few thousand tries.
+pub fn timer_overhead_ns() -> f64 {
+    let mut samples: Vec<f64> = (0..4096)
+        .map(|_| {
+            let start = Instant::now();
+            start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    crate::stats::median(&mut samples)
+}
+
+// SAFETY: every call is forwarded to `inner` unchanged, so `inner`'s
+// guarantees (aligned, unaliased memory valid until the next reset) are ours;
+// the timing and counting touch no memory the caller sees.
+unsafe impl TempAllocator for Timed {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        let start = Instant::now();
+        let result = self.inner.allocate(layout);
+        self.add(start);
+        if result.is_ok() {
+            self.live.set(self.live.get() + layout.size());
+            self.peak_live.set(self.peak_live.get().max(self.live.get()));
+        }
+        result
+    }
+
+    fn reset(&mut self) {
+        // Before the reset: what the allocator holds with the kernel's scratch live.
+        self.peak_held = self.peak_held.max(self.inner.stats().bytes_held);
+        let start = Instant::now();
+        self.inner.reset();
+        self.add(start);
+        self.live.set(0);
+    }
+
+    fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
 }
 
 /// A bar on stdout, hidden when stdout is not a terminal (indicatif's rule).

@@ -3,7 +3,11 @@
 //! `f32` scale per row) and multiplied with int8 weights in `i32`, the way
 //! CPU LLM runtimes run their linear layers.
 
+use rayon::ThreadPool;
+use rayon::prelude::*;
 use tempalloc::{Error, KernelContext};
+
+use crate::rng::Rng;
 
 use super::report;
 
@@ -19,6 +23,7 @@ pub struct QuantMatrix {
 
 impl QuantMatrix {
     /// Quantizes a row-major `rows x cols` matrix.
+    #[cfg(test)]
     pub fn quantize(values: &[f32], rows: usize, cols: usize) -> Self {
         assert_eq!(values.len(), rows * cols, "matrix is not {rows} x {cols}");
         let mut q = QuantMatrix {
@@ -29,6 +34,28 @@ impl QuantMatrix {
         };
         quantize_rows(values, cols, &mut q.values, &mut q.scales);
         q
+    }
+
+    /// A random `rows x cols` matrix, uniform in `[-scale, scale]`, drawn as
+    /// int8 codes directly (no `f32` copy of a 1B-model-sized layer).
+    pub fn random(rng: &mut Rng, rows: usize, cols: usize, scale: f32) -> Self {
+        let values = (0..rows * cols)
+            .map(|_| (rng.below(255) as i32 - 127) as i8)
+            .collect();
+        QuantMatrix {
+            rows,
+            cols,
+            values,
+            scales: vec![scale / 127.0; rows],
+        }
+    }
+
+    /// Row `row` as `f32` (an embedding lookup).
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        let codes = &self.values[row * self.cols..][..self.cols];
+        for (o, &c) in out.iter_mut().zip(codes) {
+            *o = f32::from(c) * self.scales[row];
+        }
     }
 }
 
@@ -59,15 +86,29 @@ pub fn dequantize_rows(q: &[i8], scales: &[f32], cols: usize, out: &mut [f32]) {
     }
 }
 
-/// `out = x * w^T`: `x` is `rows x w.cols()`, `out` is `rows x w.rows()`.
-/// Scratch: the int8 copy of `x` and its per-row scales.
-pub fn qlinear(ctx: &KernelContext, x: &[f32], w: &QuantMatrix, out: &mut [f32]) {
-    let result = qlinear_in(ctx, x, w, out);
+/// Weight rows per packed panel: a GEMM copies a block of weights into a
+/// contiguous panel sized for the cache before multiplying, one per thread.
+pub const PANEL_ROWS: usize = 64;
+
+/// `out = x * w^T`: `x` is `rows x w.cols()`, `out` is `rows x w.rows()`, on
+/// `pool`'s threads. Scratch: the int8 copy of `x` and its per-row scales,
+/// and one packed-weights panel (`PANEL_ROWS x w.cols()` int8) per thread.
+/// A single row (a decode step) splits the weight rows between the threads;
+/// more rows split the input rows, and every thread packs every panel.
+pub fn qlinear(
+    ctx: &KernelContext,
+    pool: &ThreadPool,
+    x: &[f32],
+    w: &QuantMatrix,
+    out: &mut [f32],
+) {
+    let result = qlinear_in(ctx, pool, x, w, out);
     report(ctx, result);
 }
 
 fn qlinear_in(
     ctx: &KernelContext,
+    pool: &ThreadPool,
     x: &[f32],
     w: &QuantMatrix,
     out: &mut [f32],
@@ -80,18 +121,75 @@ fn qlinear_in(
         "output is not {rows} x {}",
         w.rows
     );
+    if rows == 0 || w.rows == 0 {
+        return Ok(());
+    }
     let codes = ctx.scratch::<i8>(x.len())?;
     let scales = ctx.scratch::<f32>(rows)?;
     quantize_rows(x, w.cols, codes, scales);
+    let (codes, scales) = (&*codes, &*scales);
 
-    let x_rows = codes.chunks_exact(w.cols).zip(scales.iter());
-    for ((x_row, &x_scale), out_row) in x_rows.zip(out.chunks_exact_mut(w.rows)) {
-        let w_rows = w.values.chunks_exact(w.cols).zip(&w.scales);
-        for (o, (w_row, &w_scale)) in out_row.iter_mut().zip(w_rows) {
-            *o = dot_i8(x_row, w_row) as f32 * x_scale * w_scale;
-        }
+    let workers = pool.current_num_threads().max(1);
+    let panel = PANEL_ROWS.min(w.rows) * w.cols;
+    if rows == 1 {
+        // Shares of whole panels of weight rows; `out` is one row, so each
+        // share's outputs are one contiguous chunk.
+        let per_share = w.rows.div_ceil(workers).next_multiple_of(PANEL_ROWS.min(w.rows));
+        let shares = w.rows.div_ceil(per_share);
+        let panels = ctx.scratch::<i8>(shares * panel)?;
+        pool.install(|| {
+            out.par_chunks_mut(per_share)
+                .zip(panels.par_chunks_mut(panel))
+                .enumerate()
+                .for_each(|(share, (out, panel))| {
+                    let first = share * per_share;
+                    multiply(codes, scales, w, first, out, out.len(), panel);
+                });
+        });
+    } else {
+        let per_share = rows.div_ceil(workers);
+        let shares = rows.div_ceil(per_share);
+        let panels = ctx.scratch::<i8>(shares * panel)?;
+        pool.install(|| {
+            out.par_chunks_mut(per_share * w.rows)
+                .zip(codes.par_chunks(per_share * w.cols))
+                .zip(scales.par_chunks(per_share))
+                .zip(panels.par_chunks_mut(panel))
+                .for_each(|(((out, codes), scales), panel)| {
+                    multiply(codes, scales, w, 0, out, w.rows, panel);
+                });
+        });
     }
     Ok(())
+}
+
+/// `out[r][j] = x[r] . w[first + j]` for `j < n`, one packed panel of weight
+/// rows at a time; `out` rows are `stride` wide.
+fn multiply(
+    codes: &[i8],
+    scales: &[f32],
+    w: &QuantMatrix,
+    first: usize,
+    out: &mut [f32],
+    stride: usize,
+    panel: &mut [i8],
+) {
+    let n = stride.min(w.rows - first);
+    for start in (0..n).step_by(PANEL_ROWS) {
+        let len = PANEL_ROWS.min(n - start);
+        let rows = first + start..first + start + len;
+        let packed = &mut panel[..len * w.cols];
+        packed.copy_from_slice(&w.values[rows.start * w.cols..rows.end * w.cols]);
+        let w_scales = &w.scales[rows];
+        let x_rows = codes.chunks_exact(w.cols).zip(scales);
+        for ((x_row, &x_scale), out_row) in x_rows.zip(out.chunks_mut(stride)) {
+            let out_row = &mut out_row[start..start + len];
+            let w_rows = packed.chunks_exact(w.cols).zip(w_scales);
+            for (o, (w_row, &w_scale)) in out_row.iter_mut().zip(w_rows) {
+                *o = dot_i8(x_row, w_row) as f32 * x_scale * w_scale;
+            }
+        }
+    }
 }
 
 /// Exact int8 dot product; `i32` cannot overflow below 2^17 elements.
@@ -137,21 +235,30 @@ mod tests {
 
     #[test]
     fn qlinear_matches_f32_matmul() {
-        let (rows, k, n) = (3, 40, 9);
+        // More weight rows than one panel, so panels and shares both split.
+        let (rows, k, n) = (3, 40, PANEL_ROWS * 2 + 9);
         let mut rng = Rng::new(2);
         let (x, w) = (rng.vec(rows * k, 1.0), rng.vec(n * k, 1.0));
         let temp = MallocAllocator::new();
         let ctx = KernelContext::new(&temp);
-        let mut out = vec![0.0; rows * n];
-        qlinear(&ctx, &x, &QuantMatrix::quantize(&w, n, k), &mut out);
-        assert_eq!(ctx.failure(), None);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .expect("threads start");
         let expected = reference::matmul_transposed(&x, &w, k);
-        for (got, want) in out.iter().zip(&expected) {
-            // Two 8-bit quantizations: about 1% of the dot product's scale.
-            assert!(
-                (got - want).abs() < 0.05 * (k as f32).sqrt(),
-                "{got} vs {want}"
-            );
+        let w = QuantMatrix::quantize(&w, n, k);
+        // Several input rows (split by rows) and one (split by weight rows).
+        for rows in [rows, 1] {
+            let mut out = vec![0.0; rows * n];
+            qlinear(&ctx, &pool, &x[..rows * k], &w, &mut out);
+            assert_eq!(ctx.failure(), None);
+            for (got, want) in out.iter().zip(&expected) {
+                // Two 8-bit quantizations: about 1% of the dot product's scale.
+                assert!(
+                    (got - want).abs() < 0.05 * (k as f32).sqrt(),
+                    "{got} vs {want}"
+                );
+            }
         }
     }
 
@@ -159,8 +266,13 @@ mod tests {
     fn qlinear_without_temp_records_the_failure() {
         let ctx = KernelContext::without_temp();
         let mut out = [0.0; 2];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("threads start");
         qlinear(
             &ctx,
+            &pool,
             &[1.0; 4],
             &QuantMatrix::quantize(&[1.0; 8], 2, 4),
             &mut out,

@@ -17,16 +17,30 @@ use super::report;
 /// query `i` sees keys `0..=kv_len - q_len + i`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionShape {
+    /// Query heads.
     pub heads: usize,
+    /// Key/value heads (grouped-query attention: `heads / kv_heads` query
+    /// heads share one; `kv_heads` divides `heads`).
+    pub kv_heads: usize,
     pub head_dim: usize,
     pub q_len: usize,
     pub kv_len: usize,
 }
 
 impl AttentionShape {
-    /// Floats in one row of `q`, `k`, `v` or the output: all heads side by side.
+    /// Floats in one row of `q` or the output: all query heads side by side.
     pub fn row_width(&self) -> usize {
         self.heads * self.head_dim
+    }
+
+    /// Floats in one row of `k` or `v`: all key/value heads side by side.
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// The key/value head query head `head` reads.
+    fn kv_head(&self, head: usize) -> usize {
+        head / (self.heads / self.kv_heads.max(1)).max(1)
     }
 
     /// Where causal attention starts masking: the position of query 0.
@@ -60,6 +74,7 @@ const FLOATS_PER_LINE: usize = 16;
 /// thread is one, see `runtime::worker_pool`), a call makes no system
 /// allocation of its own: the pool's threads exist already and rayon's
 /// `par_chunks_mut` splits with `join`, whose jobs live on the stack.
+#[cfg(test)]
 pub fn sdpa(
     ctx: &KernelContext,
     pool: &ThreadPool,
@@ -87,7 +102,7 @@ fn sdpa_in(
     );
     debug_assert_eq!(
         (inputs.k.len(), inputs.v.len()),
-        (shape.kv_len * width, shape.kv_len * width)
+        (shape.kv_len * shape.kv_width(), shape.kv_len * shape.kv_width())
     );
 
     if shape.q_len == 0 || shape.heads == 0 || shape.head_dim == 0 {
@@ -144,9 +159,83 @@ pub struct Inputs<'a> {
 }
 
 impl Inputs<'_> {
-    fn row<'s>(&self, m: &'s [f32], position: usize, head: usize) -> &'s [f32] {
-        &m[position * self.shape.row_width() + head * self.shape.head_dim..][..self.shape.head_dim]
+    fn q_row(&self, position: usize, head: usize) -> &[f32] {
+        let s = self.shape;
+        &self.q[position * s.row_width() + head * s.head_dim..][..s.head_dim]
     }
+
+    /// Row `position` of `m` (`k` or `v`) for query head `head`.
+    fn kv_row<'s>(&self, m: &'s [f32], position: usize, head: usize) -> &'s [f32] {
+        let s = self.shape;
+        &m[position * s.kv_width() + s.kv_head(head) * s.head_dim..][..s.head_dim]
+    }
+}
+
+/// One layer's int8 key or value cache: per position, `kv_heads` rows of
+/// `head_dim` codes, one `f32` scale per (position, head).
+#[derive(Debug, Clone, Copy)]
+pub struct QuantRows<'a> {
+    pub codes: &'a [i8],
+    pub scales: &'a [f32],
+}
+
+/// The operands of [`sdpa_int8`]: `q` in `f32`, keys and values int8.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheInputs<'a> {
+    pub shape: AttentionShape,
+    pub q: &'a [f32],
+    pub k: QuantRows<'a>,
+    pub v: QuantRows<'a>,
+}
+
+/// Attention over an int8 KV cache, as ExecuTorch's quantized SDPA does it:
+/// the visible keys and values are dequantized into scratch first, so this
+/// kernel's scratch grows with the KV length (`2 * kv_len * kv_width` floats,
+/// 4 MiB at 1024 positions of Llama-3.2-1B), on top of [`sdpa`]'s tiles.
+pub fn sdpa_int8(
+    ctx: &KernelContext,
+    pool: &ThreadPool,
+    plan: SdpaPlan,
+    inputs: CacheInputs,
+    out: &mut [f32],
+) {
+    let result = (|| {
+        let shape = inputs.shape;
+        let n = shape.kv_len * shape.kv_width();
+        let k = ctx.scratch::<f32>(n)?;
+        let v = ctx.scratch::<f32>(n)?;
+        pool.install(|| {
+            dequantize(inputs.k, shape.head_dim, k);
+            dequantize(inputs.v, shape.head_dim, v);
+        });
+        let inputs = Inputs {
+            shape,
+            q: inputs.q,
+            k,
+            v,
+        };
+        sdpa_in(ctx, pool, plan, inputs, out)
+    })();
+    report(ctx, result);
+}
+
+/// `out = codes * scale`, one scale per `dim` codes, in parallel blocks.
+fn dequantize(rows: QuantRows, dim: usize, out: &mut [f32]) {
+    const ROWS_PER_JOB: usize = 256;
+    out.par_chunks_mut(dim * ROWS_PER_JOB)
+        .zip(rows.codes.par_chunks(dim * ROWS_PER_JOB))
+        .zip(rows.scales.par_chunks(ROWS_PER_JOB))
+        .for_each(|((out, codes), scales)| {
+            for ((o, c), &s) in out
+                .chunks_exact_mut(dim)
+                .zip(codes.chunks_exact(dim))
+                .zip(scales)
+            {
+                for (o, &c) in o.iter_mut().zip(c) {
+                    *o = f32::from(c) * s;
+                }
+            }
+        });
 }
 
 /// The tile geometry of one call.
@@ -250,11 +339,11 @@ impl Online<'_> {
                 if end <= kv_start {
                     continue;
                 }
-                let q_row = inputs.row(inputs.q, position, head);
+                let q_row = inputs.q_row(position, head);
                 let scores = &mut self.scores[i * tile.kv..][..end - kv_start];
                 let mut tile_max = f32::NEG_INFINITY;
                 for (s, key) in scores.iter_mut().zip(kv_start..end) {
-                    *s = dot(q_row, inputs.row(inputs.k, key, head)) * scale;
+                    *s = dot(q_row, inputs.kv_row(inputs.k, key, head)) * scale;
                     tile_max = tile_max.max(*s);
                 }
                 let new_max = self.max[i].max(tile_max);
@@ -267,7 +356,7 @@ impl Online<'_> {
                 for (&s, key) in scores.iter().zip(kv_start..end) {
                     let p = (s - new_max).exp();
                     sum += p;
-                    for (a, &x) in acc.iter_mut().zip(inputs.row(inputs.v, key, head)) {
+                    for (a, &x) in acc.iter_mut().zip(inputs.kv_row(inputs.v, key, head)) {
                         *a += p * x;
                     }
                 }
@@ -297,10 +386,10 @@ mod tests {
     use tempalloc::{CachingAllocator, Error, KernelContext, MallocAllocator, with_context};
 
     use super::*;
-    use crate::counting::watch_this_thread;
+    use crate::counting::{watch_this_thread, watched_allocations};
     use crate::rng::Rng;
     use crate::runtime::worker_pool;
-    use crate::{SYSTEM, reference};
+    use crate::reference;
 
     /// Small tiles, so short sequences already cross several tile edges.
     const PLAN: SdpaPlan = SdpaPlan {
@@ -312,17 +401,18 @@ mod tests {
     /// Random operands for 2 heads of 8.
     fn operands(q_len: usize, kv_len: usize) -> (AttentionShape, [Vec<f32>; 3]) {
         let shape = AttentionShape {
-            heads: 2,
+            heads: 4,
+            kv_heads: 2,
             head_dim: 8,
             q_len,
             kv_len,
         };
         let mut rng = Rng::new((q_len * 1000 + kv_len) as u64);
-        let width = shape.row_width();
+        let (width, kv_width) = (shape.row_width(), shape.kv_width());
         let qkv = [
             rng.vec(q_len * width, 1.0),
-            rng.vec(kv_len * width, 1.0),
-            rng.vec(kv_len * width, 1.0),
+            rng.vec(kv_len * kv_width, 1.0),
+            rng.vec(kv_len * kv_width, 1.0),
         ];
         (shape, qkv)
     }
@@ -402,6 +492,7 @@ mod tests {
     fn without_temp_records_the_failure_and_does_not_panic() {
         let shape = AttentionShape {
             heads: 2,
+            kv_heads: 2,
             head_dim: 8,
             q_len: 3,
             kv_len: 5,
@@ -449,9 +540,9 @@ mod tests {
                 })
             };
             assert_eq!(call(), None, "warm-up");
-            let before = SYSTEM.watched_allocations();
+            let before = watched_allocations();
             assert_eq!(call(), None);
-            assert_eq!(SYSTEM.watched_allocations() - before, 0);
+            assert_eq!(watched_allocations() - before, 0);
             let diff = reference::max_abs_diff(&out, &reference::sdpa(shape, &q, &k, &v));
             assert!(diff < 1e-5, "off by {diff}");
         })
