@@ -15,12 +15,10 @@ pub fn median(values: &mut [f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn median_of_odd_and_even_lengths() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert!(median(&mut []).is_nan());
+        assert_eq!(super::median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(super::median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(super::median(&mut []).is_nan());
     }
 }

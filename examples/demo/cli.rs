@@ -6,7 +6,7 @@ pub const USAGE: &str = "\
 usage: cargo run --release --example demo -- [OPTIONS]
 
   --context N      prompt tokens, prefilled in chunks (default 1024)
-  --tokens N       tokens to generate, the prefill's included (default 16)
+  --tokens N       tokens to generate, the prefill's included (default 64)
   --layers N       transformer layers (default 2; Llama-3.2-1B has 16)
   --chunk N        prefill chunk, in tokens (default 128)
   --tiny           the old toy model (d_model 256, 4 heads, 32-token prompt)
@@ -96,8 +96,17 @@ mod tests {
             plot: Some("t.svg".into()),
         };
         let all = [
-            "--context", "64", "--tokens", "9", "--layers", "16", "--chunk", "8", "--tiny",
-            "--plot", "t.svg",
+            "--context",
+            "64",
+            "--tokens",
+            "9",
+            "--layers",
+            "16",
+            "--chunk",
+            "8",
+            "--tiny",
+            "--plot",
+            "t.svg",
         ];
         assert_eq!(parse(&all), Ok(Some(args)));
         assert_eq!(parse(&["--help"]), Ok(None));

@@ -101,7 +101,7 @@ fn main() -> ExitCode {
     } else {
         llama_3_2_1b(workers, &args)
     };
-    let tokens = args.tokens.unwrap_or(16);
+    let tokens = args.tokens.unwrap_or(64);
     // Once, before any timed step: kernels reuse these threads on every call.
     let pool = match worker_pool(workers) {
         Ok(pool) => pool,

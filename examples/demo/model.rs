@@ -233,7 +233,10 @@ impl Model<'_> {
                 qlinear(ctx, pool, &a.normed[..rows * d], &layer.qkv, qkv)
             })?;
             let cache = &mut state.cache[l];
-            for (row, qkv) in a.q.chunks_exact_mut(d).zip(qkv.chunks_exact(config.qkv_rows())) {
+            for (row, qkv) in
+                a.q.chunks_exact_mut(d)
+                    .zip(qkv.chunks_exact(config.qkv_rows()))
+            {
                 row.copy_from_slice(&qkv[..d]);
                 cache.append(&qkv[d..d + kvd], &qkv[d + kvd..], config.head_dim);
             }
@@ -277,7 +280,10 @@ impl Model<'_> {
                 qlinear(ctx, pool, &a.normed[..rows * d], &layer.gate_up, gate_up)
             })?;
             let hidden = &mut a.hidden[..rows * ffn];
-            for (h, gu) in hidden.chunks_exact_mut(ffn).zip(gate_up.chunks_exact(2 * ffn)) {
+            for (h, gu) in hidden
+                .chunks_exact_mut(ffn)
+                .zip(gate_up.chunks_exact(2 * ffn))
+            {
                 let (gate, up) = gu.split_at(ffn);
                 for ((h, &g), &u) in h.iter_mut().zip(gate).zip(up) {
                     *h = silu(g) * u;

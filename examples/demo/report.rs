@@ -12,7 +12,7 @@ use crate::stats::median;
 /// faults; whether the tokens agree with the first allocator's.
 pub fn print_table(runs: &[Run], agree: bool) {
     println!(
-        "{:<17} {:>9} {:>10} {:>7} {:>13} {:>11} {:>10} {:>9} {:>14}  {}",
+        "{:<17} {:>9} {:>10} {:>7} {:>13} {:>11} {:>10} {:>9} {:>14}  tokens agree",
         "allocator",
         "ms/token",
         "alloc us",
@@ -22,7 +22,6 @@ pub fn print_table(runs: &[Run], agree: bool) {
         "held/live",
         "prefill s",
         "prefill faults",
-        "tokens agree",
     );
     for run in runs {
         let decode = run.decode();

@@ -13,7 +13,6 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::{ThreadPool, ThreadPoolBuildError, ThreadPoolBuilder};
 use tempalloc::{Error, KernelContext, Stats, TempAllocator, with_context};
 
-
 use crate::counting;
 use crate::model::{Model, State};
 use crate::rng::Rng;
@@ -249,7 +248,8 @@ unsafe impl TempAllocator for Timed {
         self.add(start);
         if result.is_ok() {
             self.live.set(self.live.get() + layout.size());
-            self.peak_live.set(self.peak_live.get().max(self.live.get()));
+            self.peak_live
+                .set(self.peak_live.get().max(self.live.get()));
         }
         result
     }

@@ -102,7 +102,10 @@ fn sdpa_in(
     );
     debug_assert_eq!(
         (inputs.k.len(), inputs.v.len()),
-        (shape.kv_len * shape.kv_width(), shape.kv_len * shape.kv_width())
+        (
+            shape.kv_len * shape.kv_width(),
+            shape.kv_len * shape.kv_width()
+        )
     );
 
     if shape.q_len == 0 || shape.heads == 0 || shape.head_dim == 0 {
@@ -387,9 +390,9 @@ mod tests {
 
     use super::*;
     use crate::counting::{watch_this_thread, watched_allocations};
+    use crate::reference;
     use crate::rng::Rng;
     use crate::runtime::worker_pool;
-    use crate::reference;
 
     /// Small tiles, so short sequences already cross several tile edges.
     const PLAN: SdpaPlan = SdpaPlan {
