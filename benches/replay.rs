@@ -14,10 +14,8 @@ mod allocators;
 mod counting;
 #[path = "../examples/common/exact_size_cache.rs"]
 mod exact_size_cache;
-#[path = "../examples/common/stats.rs"]
-mod stats;
 
-use stats::median;
+use tempalloc::trace::median;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -18,8 +18,6 @@ mod reference;
 mod report;
 mod rng;
 mod runtime;
-#[path = "../common/stats.rs"]
-mod stats;
 
 use std::process::ExitCode;
 

@@ -1,7 +1,7 @@
 //! The table the demo prints: one row per allocator.
 
 use crate::runtime::{Run, Step};
-use crate::stats::median;
+use tempalloc::trace::median;
 
 /// Columns (docs/demo.md explains them), over the decode steps (one token
 /// each) unless said otherwise: median ms per token; median microseconds

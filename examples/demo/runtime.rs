@@ -235,7 +235,7 @@ pub fn timer_overhead_ns() -> f64 {
             start.elapsed().as_nanos() as f64
         })
         .collect();
-    crate::stats::median(&mut samples)
+    tempalloc::trace::median(&mut samples)
 }
 
 // SAFETY: every call is forwarded to `inner` unchanged, so `inner`'s

@@ -24,6 +24,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod compare;
 mod parse;
 mod replay;
 mod workloads;
@@ -31,9 +32,10 @@ mod workloads;
 use core::fmt;
 use std::io::{self, BufWriter, Write};
 
+pub use compare::{Comparison, compare, compare_counting, median};
 pub use parse::ParseError;
 pub use replay::ReplayStats;
-pub use workloads::{Decode, Mixed, Steady, decode, mixed, steady};
+pub use workloads::{Decode, Mixed, Steady, decode, mixed, steady, workload};
 
 /// One line of a trace.
 ///

@@ -329,3 +329,22 @@ impl SplitMix64 {
         lo + ((self.next() as u128 * span) >> 64) as usize
     }
 }
+
+/// The built-in workload called `name` (`"steady"`, `"decode"` or
+/// `"mixed"`), as [`steady`], [`decode`] and [`mixed`] generate it; `None`
+/// for any other name (a trace file, say).
+///
+/// ```
+/// use tempalloc::trace;
+///
+/// assert_eq!(trace::workload("steady"), Some(trace::steady()));
+/// assert_eq!(trace::workload("my.trace"), None);
+/// ```
+pub fn workload(name: &str) -> Option<Trace> {
+    match name {
+        "steady" => Some(steady()),
+        "decode" => Some(decode()),
+        "mixed" => Some(mixed()),
+        _ => None,
+    }
+}

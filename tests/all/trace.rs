@@ -472,3 +472,56 @@ fn replay_returns_the_allocators_error() {
         tempalloc::Error::InvalidAlignment { align: 3 }
     );
 }
+
+#[test]
+fn compare_gives_one_row_per_allocator_with_caching_as_the_reference() {
+    use tempalloc::trace::compare;
+    use tempalloc::{BumpAllocator, CachingAllocator, MallocAllocator, TempAllocator};
+
+    let trace = tempalloc::trace::Steady {
+        layers: 3,
+        inferences: 4,
+    }
+    .generate();
+    let (mut malloc, mut bump, mut caching) = (
+        MallocAllocator::new(),
+        BumpAllocator::new(),
+        CachingAllocator::new(),
+    );
+    let allocators: [(&str, &mut dyn TempAllocator); 3] = [
+        ("malloc", &mut malloc),
+        ("bumpalo", &mut bump),
+        ("caching", &mut caching),
+    ];
+    let rows = compare(&trace, allocators, 3).expect("every allocator replays");
+    let names: Vec<&str> = rows.iter().map(|r| r.allocator.as_str()).collect();
+    assert_eq!(names, ["malloc", "bumpalo", "caching"]);
+    assert_eq!(rows[2].vs_reference, 1.0);
+    // malloc: one system allocation per request; caching: none once warm.
+    assert_eq!(rows[0].system_allocations_per_request, 1.0);
+    assert_eq!(rows[2].system_allocations_per_request, 0.0);
+    assert_eq!(rows[0].held_over_peak, 1.0);
+    assert!(rows.iter().all(|r| r.held_over_peak >= 1.0));
+}
+
+#[test]
+fn compare_reports_the_first_allocator_error() {
+    use tempalloc::trace::{Event, compare};
+    use tempalloc::{Error, MallocAllocator, TempAllocator};
+
+    // A trace built by hand may hold a layout no allocator accepts.
+    let trace: tempalloc::trace::Trace = [Event::Alloc {
+        size: usize::MAX,
+        align: 8,
+    }]
+    .into_iter()
+    .collect();
+    let mut malloc = MallocAllocator::new();
+    let err = compare(
+        &trace,
+        [("malloc", &mut malloc as &mut dyn TempAllocator)],
+        1,
+    )
+    .expect_err("the layout overflows");
+    assert!(matches!(err, Error::SizeOverflow { .. }), "{err:?}");
+}
