@@ -1,22 +1,19 @@
-//! A tiny seeded generator (SplitMix64): weights, prompt and sampling must be
-//! the same on every run and for every allocator, and need no statistical
-//! finesse, so a dozen lines beat a dependency.
+//! The demo's seeded generator: weights, prompt and sampling must be the same
+//! on every run and for every allocator. The stream is the library's
+//! `tempalloc::trace::SplitMix64`; this adds the draws the demo needs.
 
-/// SplitMix64 (Steele, Lea, Flood 2014): one add and a few mixes per draw.
+use tempalloc::trace::SplitMix64;
+
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(SplitMix64::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `[0, 1)`: the top 24 bits, exactly representable in `f32`.

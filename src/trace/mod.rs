@@ -35,7 +35,7 @@ use std::io::{self, BufWriter, Write};
 pub use compare::{Comparison, compare, compare_counting, median};
 pub use parse::ParseError;
 pub use replay::ReplayStats;
-pub use workloads::{Decode, Mixed, Steady, decode, mixed, steady, workload};
+pub use workloads::{Decode, Mixed, SplitMix64, Steady, decode, mixed, steady, workload};
 
 /// One line of a trace.
 ///

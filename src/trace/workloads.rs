@@ -268,7 +268,7 @@ impl Mixed {
     /// }));
     /// ```
     pub fn generate(&self) -> Trace {
-        let mut rng = SplitMix64(self.seed);
+        let mut rng = SplitMix64::new(self.seed);
         let ordered = |a: usize, b: usize| (a.min(b), a.max(b));
         let kernels = ordered(self.min_kernels, self.max_kernels);
         let buffers = ordered(self.min_buffers, self.max_buffers);
@@ -305,11 +305,40 @@ pub fn mixed() -> Trace {
     Mixed::default().generate()
 }
 
-/// SplitMix64: small, seedable, good enough for workload shapes.
-struct SplitMix64(u64);
+/// SplitMix64 (Steele, Lea, Flood 2014): a small seeded generator, one add
+/// and a few mixes per draw. The generators above use it; so can a runtime's
+/// own workloads and demos that need the same numbers on every run.
+///
+/// ```
+/// use tempalloc::trace::SplitMix64;
+///
+/// let (mut a, mut b) = (SplitMix64::new(7), SplitMix64::new(7));
+/// assert_eq!(a.next_u64(), b.next_u64());
+/// let x = a.unit();
+/// assert!((0.0..1.0).contains(&x));
+/// assert!((3..=5).contains(&a.inclusive(3, 5)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    /// A generator whose stream is fixed by `seed`.
+    ///
+    /// ```
+    /// let mut rng = tempalloc::trace::SplitMix64::new(0);
+    /// assert_eq!(rng.next_u64(), 0xE220_A839_7B1D_CDAF);
+    /// ```
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// The next 64 random bits.
+    ///
+    /// ```
+    /// let mut rng = tempalloc::trace::SplitMix64::new(1);
+    /// assert_ne!(rng.next_u64(), rng.next_u64());
+    /// ```
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -317,16 +346,28 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    /// Uniform in `[0, 1)`, 53 bits.
+    ///
+    /// ```
+    /// let mut rng = tempalloc::trace::SplitMix64::new(2);
+    /// assert!((0.0..1.0).contains(&rng.unit()));
+    /// ```
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
-    /// Uniform in `lo..=hi` (`lo <= hi`); the bias is below 2^-40 for the
-    /// ranges used here.
-    fn inclusive(&mut self, lo: usize, hi: usize) -> usize {
+    /// Uniform in `lo..=hi` (the bounds are swapped if `lo > hi`); the bias
+    /// is below `span / 2^64`.
+    ///
+    /// ```
+    /// let mut rng = tempalloc::trace::SplitMix64::new(3);
+    /// assert_eq!(rng.inclusive(4, 4), 4);
+    /// assert!((1..=6).contains(&rng.inclusive(6, 1)));
+    /// ```
+    pub fn inclusive(&mut self, lo: usize, hi: usize) -> usize {
+        let (lo, hi) = (lo.min(hi), lo.max(hi));
         let span = (hi - lo) as u128 + 1;
-        lo + ((self.next() as u128 * span) >> 64) as usize
+        lo + ((self.next_u64() as u128 * span) >> 64) as usize
     }
 }
 
