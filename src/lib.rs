@@ -70,7 +70,7 @@ pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
 pub use context::{KernelContext, SyncKernelContext, with_context};
 pub use error::Error;
 pub use malloc::MallocAllocator;
-pub use recording::RecordingAllocator;
+pub use recording::{RecordedCheckpoint, RecordingAllocator};
 pub use stats::Stats;
 pub use temp::TempAllocator;
 

@@ -8,8 +8,14 @@
 //! a SIZE ALIGN   a kernel asks for SIZE bytes aligned to ALIGN
 //! r              the runtime resets (end of a kernel call)
 //! i              end of one inference (execute call); also a reset
+//! c ID           the runtime takes checkpoint ID (CachingAllocator::checkpoint)
+//! w ID           the runtime rewinds to checkpoint ID (CachingAllocator::rewind)
+//! t ID           the requests that follow come from thread ID (0: the first)
 //! # ...          comment
 //! ```
+//!
+//! Traces without `c`, `w` and `t` lines (every trace written before they
+//! existed) read as before: all requests from thread 0, no checkpoints.
 //!
 //! ```
 //! use tempalloc::trace::{Event, Trace};
@@ -46,7 +52,11 @@ pub use workloads::{Decode, Mixed, SplitMix64, Steady, decode, mixed, steady, wo
 /// assert_eq!(Event::Reset.to_string(), "r");
 /// assert_eq!(Event::EndInference.to_string(), "i");
 /// ```
+///
+/// New kinds of events may be added (as `c`, `w` and `t` were), so a `match`
+/// needs a `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Event {
     /// A kernel asks for `size` bytes aligned to `align` (`a SIZE ALIGN`).
     Alloc {
@@ -59,6 +69,23 @@ pub enum Event {
     Reset,
     /// One inference (execute call) ended; also a reset (`i`).
     EndInference,
+    /// The runtime took a checkpoint, numbered `id` (`c ID`).
+    Checkpoint {
+        /// Names the checkpoint for the [`Event::Rewind`] that uses it.
+        id: u64,
+    },
+    /// The runtime rewound to checkpoint `id` (`w ID`): the scratch asked
+    /// for since then is recycled.
+    Rewind {
+        /// The [`Event::Checkpoint`] rewound to.
+        id: u64,
+    },
+    /// The requests that follow come from thread `id` (`t ID`); a trace
+    /// starts on thread 0.
+    Thread {
+        /// Small numbers in the order the recorder first saw each thread.
+        id: u32,
+    },
 }
 
 impl Event {
@@ -82,6 +109,9 @@ impl fmt::Display for Event {
             Event::Alloc { size, align } => write!(f, "a {size} {align}"),
             Event::Reset => f.write_str("r"),
             Event::EndInference => f.write_str("i"),
+            Event::Checkpoint { id } => write!(f, "c {id}"),
+            Event::Rewind { id } => write!(f, "w {id}"),
+            Event::Thread { id } => write!(f, "t {id}"),
         }
     }
 }
@@ -250,13 +280,27 @@ impl Trace {
     /// ```
     pub fn peak_live_bytes(&self) -> usize {
         let (mut live, mut peak) = (0usize, 0usize);
+        // Live bytes when each open checkpoint was taken.
+        let mut checkpoints = std::collections::HashMap::new();
         for event in &self.events {
             match event {
                 Event::Alloc { size, .. } => {
                     live = live.saturating_add(*size);
                     peak = peak.max(live);
                 }
-                Event::Reset | Event::EndInference => live = 0,
+                Event::Reset | Event::EndInference => {
+                    live = 0;
+                    checkpoints.clear();
+                }
+                Event::Checkpoint { id } => {
+                    checkpoints.insert(*id, live);
+                }
+                Event::Rewind { id } => {
+                    if let Some(at) = checkpoints.remove(id) {
+                        live = live.min(at);
+                    }
+                }
+                Event::Thread { .. } => {}
             }
         }
         peak

@@ -16,14 +16,16 @@ use super::{Event, Trace};
 /// assert!(matches!(err, ParseError::UnknownEvent { .. }));
 /// assert_eq!(
 ///     err.to_string(),
-///     "trace line 2: unknown event \"x\" (expected `a SIZE ALIGN`, `r` or `i`)"
+///     "trace line 2: unknown event \"x\" (expected `a SIZE ALIGN`, `r`, `i`, `c ID`, `w ID` or `t ID`)"
 /// );
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ParseError {
     /// The line starts with something other than `a`, `r`, `i` or `#`.
-    #[error("trace line {line}: unknown event {verb:?} (expected `a SIZE ALIGN`, `r` or `i`)")]
+    #[error(
+        "trace line {line}: unknown event {verb:?} (expected `a SIZE ALIGN`, `r`, `i`, `c ID`, `w ID` or `t ID`)"
+    )]
     UnknownEvent {
         /// The line, counting from 1.
         line: usize,
@@ -50,7 +52,7 @@ pub enum ParseError {
     NotANumber {
         /// The line, counting from 1.
         line: usize,
-        /// `"size"` or `"align"`.
+        /// `"size"`, `"align"`, `"checkpoint"` or `"thread"`.
         field: &'static str,
         /// The text found.
         text: String,
@@ -120,6 +122,9 @@ fn parse_line(text: &str, line: usize) -> Result<Option<Event>, ParseError> {
         "a" => ("a", 2),
         "r" => ("r", 0),
         "i" => ("i", 0),
+        "c" => ("c", 1),
+        "w" => ("w", 1),
+        "t" => ("t", 1),
         other => {
             return Err(ParseError::UnknownEvent {
                 line,
@@ -135,15 +140,15 @@ fn parse_line(text: &str, line: usize) -> Result<Option<Event>, ParseError> {
             found: rest.len(),
         });
     }
+    let number = |field: &'static str, text: &str| {
+        text.parse::<usize>().map_err(|_| ParseError::NotANumber {
+            line,
+            field,
+            text: text.to_owned(),
+        })
+    };
     Ok(Some(match verb {
         "a" => {
-            let number = |field: &'static str, text: &str| {
-                text.parse::<usize>().map_err(|_| ParseError::NotANumber {
-                    line,
-                    field,
-                    text: text.to_owned(),
-                })
-            };
             let size = number("size", rest[0])?;
             let align = number("align", rest[1])?;
             if !align.is_power_of_two() {
@@ -155,7 +160,20 @@ fn parse_line(text: &str, line: usize) -> Result<Option<Event>, ParseError> {
             Event::Alloc { size, align }
         }
         "r" => Event::Reset,
-        _ => Event::EndInference,
+        "i" => Event::EndInference,
+        "c" => Event::Checkpoint {
+            id: number("checkpoint", rest[0])? as u64,
+        },
+        "w" => Event::Rewind {
+            id: number("checkpoint", rest[0])? as u64,
+        },
+        _ => Event::Thread {
+            id: u32::try_from(number("thread", rest[0])?).map_err(|_| ParseError::NotANumber {
+                line,
+                field: "thread",
+                text: rest[0].to_owned(),
+            })?,
+        },
     }))
 }
 

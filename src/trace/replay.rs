@@ -4,8 +4,10 @@ use core::alloc::Layout;
 use core::fmt;
 use core::ptr::NonNull;
 
+use std::collections::HashMap;
+
 use super::{Event, Trace};
-use crate::{Error, TempAllocator};
+use crate::{CachingAllocator, Checkpoint, Error, Stats, TempAllocator};
 
 /// What one [`Trace::replay`] did and what the allocator held.
 ///
@@ -66,6 +68,17 @@ impl ReplayStats {
         } else {
             self.peak_bytes_held as f64 / self.peak_live_bytes as f64
         }
+    }
+}
+
+impl ReplayStats {
+    /// Fills in what the allocator's counters say at the end of a replay.
+    fn finish(&mut self, before: &Stats, after: &Stats) {
+        self.bytes_held_end = after.bytes_held;
+        self.peak_bytes_held = self.peak_bytes_held.max(after.bytes_held);
+        self.system_allocations = after
+            .system_allocations
+            .saturating_sub(before.system_allocations);
     }
 }
 
@@ -145,13 +158,9 @@ impl Trace {
                 report.resets += 1;
                 report.inferences += u64::from(event == Event::EndInference);
             }
+            Event::Checkpoint { .. } | Event::Rewind { .. } | Event::Thread { .. } => {}
         })?;
-        let after = temp.stats();
-        report.bytes_held_end = after.bytes_held;
-        report.peak_bytes_held = report.peak_bytes_held.max(after.bytes_held);
-        report.system_allocations = after
-            .system_allocations
-            .saturating_sub(before.system_allocations);
+        report.finish(&before, &temp.stats());
         Ok(report)
     }
 
@@ -195,8 +204,123 @@ impl Trace {
                     observe(temp, event);
                     temp.reset();
                 }
+                // A `TempAllocator` has no checkpoints and runs on this
+                // thread: see `replay_caching` for both.
+                Event::Checkpoint { .. } | Event::Rewind { .. } | Event::Thread { .. } => {
+                    observe(temp, event)
+                }
             }
         }
         Ok(())
     }
+
+    /// Replays the trace through a [`CachingAllocator`] as the recorded
+    /// runtime ran it: `c`/`w` events take and rewind real checkpoints, and
+    /// the requests of each thread id between two resets or rewinds run on a
+    /// thread of their own (thread 0 on the calling one; the threads are
+    /// started for each such stretch and run concurrently), so a trace of a
+    /// runtime that checkpoints per kernel and runs worker threads replays
+    /// faithfully. Reports as [`Trace::replay`], with the held bytes also
+    /// sampled before each rewind.
+    ///
+    /// ```
+    /// use tempalloc::trace::Trace;
+    /// use tempalloc::{CachingAllocator, TempAllocator};
+    ///
+    /// // A kernel with a worker thread, checkpointed and rewound, twice.
+    /// let one = "c 0\na 4096 64\nt 1\na 8192 64\nt 0\nw 0\n";
+    /// let trace = Trace::parse(&format!("{one}{one}i\n"))?;
+    /// let mut temp = CachingAllocator::new();
+    /// let report = trace.replay_caching(&mut temp)?;
+    /// assert_eq!((report.requests, report.inferences), (4, 1));
+    /// assert_eq!(report.peak_live_bytes, 4096 + 8192);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Trace::replay`], plus [`Error::StaleCheckpoint`] (or another
+    /// error of [`CachingAllocator::rewind`]) for a rewind the allocator
+    /// refuses. A rewind to a checkpoint the trace never took is ignored.
+    pub fn replay_caching(&self, temp: &mut CachingAllocator) -> Result<ReplayStats, Error> {
+        let before = temp.stats();
+        let mut report = ReplayStats {
+            peak_live_bytes: self.peak_live_bytes(),
+            ..ReplayStats::default()
+        };
+        let mut checkpoints: HashMap<u64, Checkpoint> = HashMap::new();
+        // Requests since the last reset or rewind, by thread id.
+        let mut pending: Vec<(u32, Layout)> = Vec::new();
+        let mut thread = 0u32;
+        for &event in &self.events {
+            match event {
+                Event::Alloc { size, align } => {
+                    let layout = Layout::from_size_align(size, align)
+                        .map_err(|_| Error::layout(size, align))?;
+                    report.requests += 1;
+                    report.bytes_requested += size as u64;
+                    pending.push((thread, layout));
+                }
+                Event::Thread { id } => thread = id,
+                Event::Checkpoint { id } => {
+                    run_threads(temp, &mut pending)?;
+                    checkpoints.insert(id, temp.checkpoint());
+                }
+                Event::Rewind { id } => {
+                    run_threads(temp, &mut pending)?;
+                    report.peak_bytes_held = report.peak_bytes_held.max(temp.stats().bytes_held);
+                    if let Some(checkpoint) = checkpoints.remove(&id) {
+                        temp.rewind(checkpoint)?;
+                    }
+                }
+                Event::Reset | Event::EndInference => {
+                    run_threads(temp, &mut pending)?;
+                    report.peak_bytes_held = report.peak_bytes_held.max(temp.stats().bytes_held);
+                    report.resets += 1;
+                    report.inferences += u64::from(event == Event::EndInference);
+                    checkpoints.clear();
+                    temp.reset();
+                }
+            }
+        }
+        run_threads(temp, &mut pending)?;
+        report.finish(&before, &temp.stats());
+        Ok(report)
+    }
+}
+
+/// Serves `pending` (and empties it): thread 0's requests on this thread,
+/// every other thread id's on a scoped thread of its own, all at once.
+fn run_threads(temp: &CachingAllocator, pending: &mut Vec<(u32, Layout)>) -> Result<(), Error> {
+    let serve = |thread: u32| -> Result<(), Error> {
+        for &(_, layout) in pending.iter().filter(|(t, _)| *t == thread) {
+            touch(temp.allocate(layout)?, layout.size());
+        }
+        Ok(())
+    };
+    let mut others: Vec<u32> = pending
+        .iter()
+        .map(|&(t, _)| t)
+        .filter(|&t| t != 0)
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    let result = std::thread::scope(|scope| {
+        let workers: Vec<_> = others
+            .iter()
+            .map(|&t| scope.spawn(move || serve(t)))
+            .collect();
+        let mut result = serve(0);
+        for worker in workers {
+            // `serve` reports errors instead of panicking; should a worker
+            // panic all the same, the panic goes on in this thread.
+            let outcome = worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            result = result.and(outcome);
+        }
+        result
+    });
+    pending.clear();
+    result
 }

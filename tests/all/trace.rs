@@ -285,6 +285,7 @@ fn kernel_shape(trace: &Trace) -> (Vec<usize>, Vec<usize>) {
                 kernels.push(k);
                 k = 0;
             }
+            _ => {}
         }
     }
     (kernels, buffers)
