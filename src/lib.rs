@@ -57,6 +57,8 @@ mod caching;
 #[cfg(feature = "capi")]
 pub mod capi;
 mod context;
+#[cfg(feature = "dyn-stack")]
+mod dyn_stack;
 mod error;
 mod malloc;
 mod recording;

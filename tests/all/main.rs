@@ -9,9 +9,12 @@ mod caching;
 mod capi;
 mod context;
 mod debug_checks;
+#[cfg(feature = "dyn-stack")]
+mod dyn_stack;
 mod errors;
 mod exact_size_cache;
 mod faults;
+mod hashbrown_map;
 mod leaks;
 mod malloc;
 mod model;
