@@ -182,7 +182,10 @@ fn worker_threads_and_checkpoints_are_recorded_and_replayed_faithfully() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "reads ../shared/traces, which Miri's isolation forbids")]
+#[cfg_attr(
+    miri,
+    ignore = "reads ../shared/traces, which Miri's isolation forbids"
+)]
 fn traces_written_before_threads_and_checkpoints_still_read() {
     // The format of the reference traces: `a`, `r`, `i` and comments only.
     let trace = tempalloc::trace::Trace::parse("# old\na 64 64\nr\ni\n").unwrap();
