@@ -56,15 +56,17 @@ mod bump;
 mod caching;
 #[cfg(feature = "capi")]
 pub mod capi;
+mod chunk;
 mod context;
 mod error;
 mod malloc;
+mod os;
 mod recording;
 mod stats;
 mod temp;
 pub mod trace;
 
-pub use block_cache::BlockCache;
+pub use block_cache::{BlockCache, CacheStats};
 pub use bump::BumpAllocator;
 pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
 pub use context::{KernelContext, SyncKernelContext, with_context};

@@ -1,0 +1,376 @@
+//! [`Region`]: one thread's bump range inside a
+//! [`CachingAllocator`](super::CachingAllocator): the pointer arithmetic of
+//! the fast path, and how a region grows, rewinds and resets.
+
+use core::alloc::Layout;
+use core::cell::UnsafeCell;
+use core::ptr::{self, NonNull};
+use std::sync::atomic::{
+    AtomicPtr, AtomicUsize, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed,
+};
+
+use super::Locked;
+use super::checkpoint::Mark;
+use crate::block::PAGE;
+use crate::block_cache::BlockCache;
+use crate::chunk::Chunk;
+
+/// One thread's bump range: the hot fields the fast path uses, and the cold
+/// state behind them.
+///
+/// Aligned to 128 bytes (two cache lines, as crossbeam's `CachePadded` on
+/// x86_64) so that threads bumping in neighbouring regions never share a line.
+#[repr(align(128))]
+pub(super) struct Region {
+    hot: Hot,
+    cold: UnsafeCell<Cold>,
+}
+
+// SAFETY: the hot fields are atomics. The cold state is reached only through
+// `cold` (which takes the allocator's locked state as proof that the caller
+// holds the lock) or through `&mut`, so no two threads touch it at once.
+unsafe impl Sync for Region {}
+
+/// What the fast path reads and writes.
+///
+/// Only the thread that owns the region writes these (or, for the locked
+/// region of the debug checks, the holder of the allocator's lock), and the
+/// allocator's `&mut` methods reset them; `stats` and `checkpoint` read them
+/// from any thread. Relaxed atomic loads and stores — never a
+/// read-modify-write — compile to plain moves, so the fast path costs what a
+/// `Cell` would while concurrent readers stay free of data races.
+struct Hot {
+    /// Start of the current chunk; dangling when there is none.
+    base: AtomicPtr<u8>,
+    /// Offset of the first free byte in the chunk.
+    cursor: AtomicUsize,
+    /// Bytes usable in the chunk (0 when there is none).
+    limit: AtomicUsize,
+    /// Bytes requested here and not yet folded into the allocator's totals
+    /// (at a rewind, the part it recycles; at a reset, all): the region's
+    /// live bytes.
+    live: AtomicUsize,
+    /// Requests served here since the last fold. Wraps rather than
+    /// overflows (2^32 requests between two folds on a 32-bit target).
+    count: AtomicUsize,
+    /// While the region is *parked* (from a reset until its owner's next
+    /// request), the usable bytes of its chunk, with `limit` at 0 so the
+    /// fast path misses; 0 otherwise. Whoever swaps it to 0 first owns the
+    /// chunk: the owner, to bump in it again, or another thread under the
+    /// lock, to take it over (the owner then needs another).
+    parked: AtomicUsize,
+}
+
+/// What only the slow path, checkpoints, rewinds and resets touch.
+#[derive(Default)]
+pub(super) struct Cold {
+    /// The chunk the region bumps in.
+    chunk: Option<Chunk>,
+    /// Chunks the region filled earlier this window: still lent out.
+    retired: Vec<Chunk>,
+    /// Bytes used in `retired`, padding included.
+    retired_used: usize,
+    /// The most bytes the region used in one window.
+    peak: usize,
+    /// One mark per open checkpoint that found the region in use, innermost
+    /// last.
+    marks: Vec<Mark>,
+}
+
+/// What a reset or rewind folds into the allocator's totals.
+#[derive(Debug, Default)]
+pub(super) struct Folded {
+    pub allocations: u64,
+    pub bytes_requested: u64,
+}
+
+impl Region {
+    pub(super) fn new() -> Self {
+        Region {
+            hot: Hot {
+                base: AtomicPtr::new(ptr::dangling_mut()),
+                cursor: AtomicUsize::new(0),
+                limit: AtomicUsize::new(0),
+                live: AtomicUsize::new(0),
+                count: AtomicUsize::new(0),
+                parked: AtomicUsize::new(0),
+            },
+            cold: UnsafeCell::default(),
+        }
+    }
+
+    /// Carves `layout` out of the current chunk, or `None` when it does not
+    /// fit: the fast path.
+    ///
+    /// # Safety
+    ///
+    /// No other thread may bump this region at the same time: the caller is
+    /// the thread that owns it (the one `Regions::get` returned it to), or
+    /// holds the allocator's lock for the locked region.
+    #[inline(always)]
+    pub(super) unsafe fn bump(&self, layout: Layout) -> Option<NonNull<u8>> {
+        let hot = &self.hot;
+        let base = hot.base.load(Relaxed);
+        let cursor = hot.cursor.load(Relaxed);
+        let pad = base.addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
+        // No overflow: `cursor <= limit <= isize::MAX`, `pad < align` and
+        // `Layout` guarantees `size + align - 1 <= isize::MAX`, so the sum is
+        // below `2 * isize::MAX`.
+        let start = cursor + pad;
+        let end = start + layout.size();
+        if end > hot.limit.load(Relaxed) {
+            return None;
+        }
+        hot.cursor.store(end, Relaxed);
+        // No overflow: live bytes sit in chunks, so they sum to less than
+        // `isize::MAX`.
+        hot.live
+            .store(hot.live.load(Relaxed) + layout.size(), Relaxed);
+        hot.count
+            .store(hot.count.load(Relaxed).wrapping_add(1), Relaxed);
+        // `wrapping_add` because an empty region's `base` is dangling: a
+        // zero-sized request may land there. Otherwise `start <= limit` keeps
+        // the address inside the chunk, where it equals `add`.
+        let ptr = base.wrapping_add(start);
+        debug_assert!(ptr.addr() % layout.align() == 0);
+        // SAFETY: `base` is a chunk start or `dangling_mut()`, both non-null,
+        // and `start <= limit` keeps the address within the chunk (or at
+        // `pad < align` bytes past the dangling address, still non-zero).
+        Some(unsafe { NonNull::new_unchecked(ptr) })
+    }
+
+    /// Takes the region's parked chunk back for its owner, lock-free: one
+    /// atomic swap per window. `false` if it was not parked (or was taken
+    /// over).
+    ///
+    /// # Safety
+    ///
+    /// As for [`bump`](Self::bump): only the region's owner calls this.
+    #[inline]
+    pub(super) unsafe fn unpark(&self) -> bool {
+        let parked = self.hot.parked.swap(0, Acquire);
+        if parked == 0 {
+            return false;
+        }
+        self.hot.limit.store(parked, Relaxed);
+        true
+    }
+
+    /// Takes over the region's chunk if it is parked: its owner did not ask
+    /// for it back since the last reset. Under the lock (`locked`).
+    pub(super) fn steal(&self, locked: &mut Locked) -> Option<Chunk> {
+        if self.hot.parked.swap(0, AcqRel) == 0 {
+            return None;
+        }
+        // The swap made the chunk ours: the owner's `unpark` now fails and
+        // it takes the lock (which we hold) before touching the cold state.
+        // The hot fields keep pointing at the chunk, but with `limit` at 0
+        // nothing can be carved from it through them.
+        self.cold(locked).chunk.take()
+    }
+
+    /// The cold state, under the allocator's lock: `_locked` lives in the
+    /// state the lock guards, so it can only be borrowed by holding the lock
+    /// (or through `&mut` to the allocator). Callers pass their own
+    /// allocator's.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(super) fn cold<'a>(&'a self, _locked: &'a mut Locked) -> &'a mut Cold {
+        // SAFETY: the cold state is reached only here and through `&mut
+        // self`. Here the caller holds the allocator's lock, borrowed mutably
+        // for as long as the result lives, so no other thread (which would
+        // need the lock) and no other call on this thread (which would need
+        // the same borrow) can reach the cold state meanwhile.
+        unsafe { &mut *self.cold.get() }
+    }
+
+    /// The region's offset of the first free byte.
+    #[inline]
+    pub(super) fn cursor(&self) -> usize {
+        self.hot.cursor.load(Relaxed)
+    }
+
+    /// Bytes requested here and not recycled.
+    #[inline]
+    pub(super) fn live(&self) -> usize {
+        self.hot.live.load(Relaxed)
+    }
+
+    /// Requests served here and not yet folded into the totals.
+    #[inline]
+    pub(super) fn count(&self) -> usize {
+        self.hot.count.load(Relaxed)
+    }
+
+    /// Takes `bytes` back off the live count: carved, but not requested
+    /// (a canary). Under the same contract as [`bump`](Self::bump).
+    pub(super) fn uncount(&self, bytes: usize) {
+        let live = &self.hot.live;
+        live.store(live.load(Relaxed) - bytes, Relaxed);
+    }
+
+    /// Makes the current chunk's usable size known to the fast path after
+    /// it grew in place.
+    pub(super) fn set_limit(&self, limit: usize) {
+        debug_assert!(limit >= self.cursor());
+        debug_assert!(self.hot.parked.load(Relaxed) == 0, "a parked region grows");
+        self.hot.limit.store(limit, Relaxed);
+    }
+
+    /// Moves the region to `chunk` (empty), keeping the current one, which
+    /// still holds live scratch, until the reset.
+    pub(super) fn switch_to(&self, cold: &mut Cold, chunk: Chunk) {
+        debug_assert!(self.hot.parked.load(Relaxed) == 0, "a parked region moves");
+        if let Some(old) = cold.chunk.replace(chunk) {
+            cold.retired_used += self.cursor();
+            cold.retired.push(old);
+        }
+        self.hot.install(cold.chunk.as_ref(), 0);
+    }
+
+    /// Rewinds to the checkpoint at `depth`: back to the mark taken then, or
+    /// to the start if the region was unused then. Chunks taken since go to
+    /// `spare` (the allocator keeps them for the next kernel).
+    pub(super) fn rewind(&mut self, depth: usize, spare: &mut Vec<Chunk>) -> Folded {
+        let Region { hot, cold } = self;
+        let cold = cold.get_mut();
+        while cold.marks.last().is_some_and(|m| m.depth > depth) {
+            cold.marks.pop();
+        }
+        let mark = match cold.marks.last() {
+            Some(m) if m.depth == depth => cold.marks.pop().unwrap_or_default(),
+            _ => Mark::default(),
+        };
+        let folded = hot.fold(cold, mark.live);
+        // The chunk that was current at the mark becomes current again; the
+        // ones after it are spare.
+        if mark.retired < cold.retired.len() {
+            let mut later = cold.retired.split_off(mark.retired);
+            let current = later.remove(0);
+            spare.append(&mut later);
+            spare.extend(cold.chunk.replace(current));
+        }
+        cold.retired_used = mark.retired_used;
+        hot.install(cold.chunk.as_ref(), mark.cursor);
+        folded
+    }
+
+    /// Ends the window: recycles everything. A region that outgrew its
+    /// chunk keeps the newest and gives the older ones to `free`; a heap
+    /// chunk cannot grow in place, so then all of them go, and the next
+    /// request takes one sized to the peak. Unless `keep` (the region of the
+    /// thread that resets), the region is parked: its chunk stays, but any
+    /// thread that needs one may take it over until the owner asks for it
+    /// back. So a thread that exited, or stopped allocating, leaves its
+    /// memory to the next thread that needs some.
+    pub(super) fn reset(&mut self, keep: bool, free: &mut Vec<Chunk>) -> Folded {
+        let Region { hot, cold } = self;
+        let cold = cold.get_mut();
+        cold.marks.clear();
+        let folded = hot.fold(cold, 0);
+        cold.retired_used = 0;
+        if !cold.retired.is_empty() {
+            free.append(&mut cold.retired);
+            if matches!(cold.chunk, Some(Chunk::Heap(_))) {
+                free.extend(cold.chunk.take());
+            }
+        }
+        hot.install(cold.chunk.as_ref(), 0);
+        if !keep {
+            let limit = core::mem::take(hot.limit.get_mut());
+            *hot.parked.get_mut() = limit;
+        }
+        folded
+    }
+
+    /// Gives the committed pages above the cursor back to the system (a
+    /// reservation only; blocks stay whole). Returns the bytes given back.
+    pub(super) fn trim(&mut self, cache: &BlockCache) -> usize {
+        let Region { hot, cold } = self;
+        let Some(Chunk::Mapped(m)) = cold.get_mut().chunk.as_mut() else {
+            return 0;
+        };
+        let before = m.committed();
+        cache.decommit(m, *hot.cursor.get_mut());
+        let after = m.committed();
+        match hot.parked.get_mut() {
+            0 => *hot.limit.get_mut() = after,
+            parked => *parked = after,
+        }
+        before - after
+    }
+
+    /// Gives every chunk to `free`, leaving the region empty. Call after a
+    /// reset.
+    pub(super) fn release(&mut self, free: &mut Vec<Chunk>) {
+        let Region { hot, cold } = self;
+        let cold = cold.get_mut();
+        debug_assert!(cold.retired.is_empty() && hot.cursor.load(Relaxed) == 0);
+        free.extend(cold.chunk.take());
+        hot.install(None, 0);
+    }
+}
+
+impl Hot {
+    /// Points the fast path at `chunk`, at `cursor`.
+    fn install(&self, chunk: Option<&Chunk>, cursor: usize) {
+        let (base, limit) = match chunk {
+            Some(chunk) => (chunk.base().as_ptr(), chunk.usable()),
+            None => (ptr::dangling_mut(), 0),
+        };
+        debug_assert!(cursor <= limit);
+        self.base.store(base, Relaxed);
+        self.limit.store(limit, Relaxed);
+        self.cursor.store(cursor, Relaxed);
+        self.parked.store(0, Relaxed);
+    }
+
+    /// Folds the counters, down to `keep_live` live bytes, and notes the
+    /// window's use.
+    fn fold(&mut self, cold: &mut Cold, keep_live: usize) -> Folded {
+        let count = core::mem::take(self.count.get_mut());
+        let live = core::mem::replace(self.live.get_mut(), keep_live);
+        debug_assert!(live >= keep_live);
+        cold.peak = cold.peak.max(cold.retired_used + *self.cursor.get_mut());
+        Folded {
+            allocations: count as u64,
+            bytes_requested: (live - keep_live) as u64,
+        }
+    }
+}
+
+impl Cold {
+    /// The current chunk.
+    pub(super) fn chunk(&mut self) -> Option<&mut Chunk> {
+        self.chunk.as_mut()
+    }
+
+    /// The most bytes the region used in one window.
+    pub(super) fn peak(&self) -> usize {
+        self.peak
+    }
+
+    /// Records where `region` is, for the checkpoint at `depth`, if it has
+    /// anything to come back to.
+    pub(super) fn mark(&mut self, region: &Region, depth: usize) {
+        let (cursor, live) = (region.cursor(), region.live());
+        if cursor != 0 || live != 0 || !self.retired.is_empty() {
+            self.marks.push(Mark {
+                depth,
+                cursor,
+                retired: self.retired.len(),
+                retired_used: self.retired_used,
+                live,
+            });
+        }
+    }
+}
+
+/// How many bytes a region wants usable when it must grow to `need`:
+/// 12.5% (and at least 64 KiB) more than it has, so that committing pages
+/// takes few system calls while what is held stays within 12.5% (plus
+/// 64 KiB) of the most the region ever used.
+pub(super) fn growth(now: usize, need: usize, min: usize) -> usize {
+    let step = (now / 8).max(4 * PAGE);
+    now.saturating_add(step).max(need).max(min)
+}
