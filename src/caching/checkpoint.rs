@@ -161,10 +161,12 @@ impl CachingAllocator {
             shared.recycle_canaries(canaries);
         }
         shared.note_live(self.regions.iter().chain([&self.locked]));
-        for region in self.regions.iter_mut().chain([&mut self.locked]) {
-            let folded = region.rewind(checkpoint.depth, &mut shared.spare);
-            shared.totals.fold(folded);
-        }
+        let depth = checkpoint.depth;
+        self.each_region(|region, keep, shared| region.rewind(depth, keep, &mut shared.spare));
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         while shared.dedicated.len() > dedicated {
             shared.free_last_dedicated(&self.cache);
         }

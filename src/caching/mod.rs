@@ -504,6 +504,29 @@ impl CachingAllocator {
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
+    /// Runs `f` on every region, the locked one last, and folds what it
+    /// returns into the totals. `keep` tells `f` whether a region stays
+    /// ready for its thread's next request (the calling thread's, and the
+    /// locked one) or is parked, so that its memory serves whichever thread
+    /// needs some next (see `Region::reset`).
+    fn each_region(&mut self, mut f: impl FnMut(&mut Region, bool, &mut Shared) -> Folded) {
+        let CachingAllocator {
+            regions,
+            locked,
+            shared,
+            ..
+        } = self;
+        let shared = shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let mine = regions.get().map(|r| r as *const Region);
+        for region in regions.iter_mut() {
+            let keep = mine == Some(&*region as *const Region);
+            let folded = f(region, keep, shared);
+            shared.totals.fold(folded);
+        }
+        let folded = f(locked, true, shared);
+        shared.totals.fold(folded);
+    }
+
     /// Every region, the locked one included.
     fn all_regions(&self) -> impl Iterator<Item = &Region> {
         self.regions.iter().chain([&self.locked])
@@ -644,16 +667,11 @@ unsafe impl TempAllocator for CachingAllocator {
         }
         shared.note_live(self.regions.iter().chain([&self.locked]));
         shared.open.clear();
-        // The resetting thread's region stays ready for its next request;
-        // every other one is parked (see `Region::reset`).
-        let mine = self.regions.get().map(|r| r as *const Region);
-        for region in self.regions.iter_mut() {
-            let keep = mine == Some(&*region as *const Region);
-            let folded = region.reset(keep, &mut shared.freed);
-            shared.totals.fold(folded);
-        }
-        let folded = self.locked.reset(true, &mut shared.freed);
-        shared.totals.fold(folded);
+        self.each_region(|region, keep, shared| region.reset(keep, &mut shared.freed));
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         shared.give_back_freed(&self.cache);
         while !shared.dedicated.is_empty() {
             shared.free_last_dedicated(&self.cache);

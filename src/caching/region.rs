@@ -230,8 +230,10 @@ impl Region {
 
     /// Rewinds to the checkpoint at `depth`: back to the mark taken then, or
     /// to the start if the region was unused then. Chunks taken since go to
-    /// `spare` (the allocator keeps them for the next kernel).
-    pub(super) fn rewind(&mut self, depth: usize, spare: &mut Vec<Chunk>) -> Folded {
+    /// `spare` (the allocator keeps them for the next kernel). A region left
+    /// with nothing in it is parked, as at a reset, unless `keep`: so the
+    /// threads of the next kernel, fresh or not, find its memory.
+    pub(super) fn rewind(&mut self, depth: usize, keep: bool, spare: &mut Vec<Chunk>) -> Folded {
         let Region { hot, cold } = self;
         let cold = cold.get_mut();
         while cold.marks.last().is_some_and(|m| m.depth > depth) {
@@ -252,6 +254,13 @@ impl Region {
         }
         cold.retired_used = mark.retired_used;
         hot.install(cold.chunk.as_ref(), mark.cursor);
+        // Nothing below the cursor is live, and no mark (which would have
+        // recorded a cursor or live bytes) remains: taking the chunk over
+        // cannot touch anyone's scratch.
+        if !keep && mark.cursor == 0 && mark.live == 0 && cold.retired.is_empty() {
+            debug_assert!(cold.marks.is_empty());
+            hot.park();
+        }
         folded
     }
 
@@ -277,8 +286,7 @@ impl Region {
         }
         hot.install(cold.chunk.as_ref(), 0);
         if !keep {
-            let limit = core::mem::take(hot.limit.get_mut());
-            *hot.parked.get_mut() = limit;
+            hot.park();
         }
         folded
     }
@@ -312,6 +320,14 @@ impl Region {
 }
 
 impl Hot {
+    /// Parks the region: the fast path misses until the owner unparks it,
+    /// and until then another thread may take its chunk over.
+    fn park(&mut self) {
+        debug_assert!(*self.cursor.get_mut() == 0);
+        let limit = core::mem::take(self.limit.get_mut());
+        *self.parked.get_mut() = limit;
+    }
+
     /// Points the fast path at `chunk`, at `cursor`.
     fn install(&self, chunk: Option<&Chunk>, cursor: usize) {
         let (base, limit) = match chunk {

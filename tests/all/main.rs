@@ -17,6 +17,7 @@ mod malloc;
 mod model;
 mod patterns;
 mod recording;
+mod regions;
 mod stats;
 mod stress;
 mod trace;
