@@ -108,11 +108,10 @@ impl CachingAllocator {
             canaries: shared.debug.len(),
         };
         shared.open.push(open);
-        for region in self.regions.iter() {
-            region.cold(&mut shared.token).mark(region, depth);
+        let Shared { token, claimed, .. } = &mut *shared;
+        for region in self.regions.iter(claimed).chain([&self.locked]) {
+            region.cold(token).mark(region, depth);
         }
-        let locked = &self.locked;
-        locked.cold(&mut shared.token).mark(locked, depth);
         Checkpoint {
             allocator: self.id,
             resets: shared.totals.resets,
@@ -160,13 +159,14 @@ impl CachingAllocator {
             // Before any chunk goes back: the memory is still ours to poison.
             shared.recycle_canaries(canaries);
         }
-        shared.note_live(self.regions.iter().chain([&self.locked]));
         let depth = checkpoint.depth;
-        self.each_region(|region, keep, shared| region.rewind(depth, keep, &mut shared.spare));
+        self.each_region(|region, locked, keep, loose| region.rewind(locked, depth, keep, loose));
         let shared = self
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
+        // Chunks the kernel outgrew serve the next kernel.
+        shared.spare.append(&mut shared.loose);
         while shared.dedicated.len() > dedicated {
             shared.free_last_dedicated(&self.cache);
         }

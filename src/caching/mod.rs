@@ -28,7 +28,7 @@ use crate::{Error, Stats, TempAllocator};
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
 use region::{Folded, Region, growth};
-use threads::Regions;
+use threads::{Claimed, Regions};
 
 /// Ids that tell allocators apart, so a checkpoint cannot be used on another.
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(0);
@@ -85,13 +85,15 @@ pub struct CachingAllocator {
 pub(super) struct Shared {
     /// Proof of holding the lock, for [`Region::cold`].
     token: Locked,
+    /// Every region made so far.
+    claimed: Claimed,
     totals: Totals,
     /// Chunks of regions that went idle, or that a rewind took back, for the
     /// next region that needs one.
     spare: Vec<Chunk>,
-    /// Chunks a reset gives back: kept between resets so that resets do not
-    /// allocate.
-    freed: Vec<Chunk>,
+    /// Chunks a reset or rewind takes off the regions, on their way to the
+    /// cache or the spares: kept between calls so that they do not allocate.
+    loose: Vec<Chunk>,
     /// Chunks of requests above the dedicated threshold, with their sizes.
     dedicated: Vec<(Chunk, usize)>,
     /// Bytes requested in `dedicated`.
@@ -128,9 +130,11 @@ struct Totals {
 }
 
 impl Totals {
-    fn fold(&mut self, folded: Folded) {
+    /// Adds what a region folded; returns the bytes it had live.
+    fn fold(&mut self, folded: Folded) -> usize {
         self.allocations += folded.allocations;
         self.bytes_requested += folded.bytes_requested;
+        folded.live
     }
 }
 
@@ -188,14 +192,15 @@ impl CachingAllocator {
     /// assert!(Arc::ptr_eq(a.cache(), b.cache()));
     /// ```
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
+        let id = NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed);
         CachingAllocator {
-            regions: Regions::new(),
+            regions: Regions::new(id),
             dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
             locked: Region::new(),
             shared: Mutex::new(Shared::default()),
             cache,
             config,
-            id: NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed),
+            id,
         }
     }
 
@@ -234,15 +239,16 @@ impl CachingAllocator {
     /// ```
     pub fn release(&mut self) {
         self.reset();
+        self.each_region(|region, locked, _, loose| {
+            region.release(locked, loose);
+            Folded::default()
+        });
         let shared = self
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        for region in self.regions.iter_mut().chain([&mut self.locked]) {
-            region.release(&mut shared.freed);
-        }
-        shared.freed.append(&mut shared.spare);
-        shared.give_back_freed(&self.cache);
+        shared.loose.append(&mut shared.spare);
+        shared.give_back_loose(&self.cache);
     }
 
     /// Gives back to the system the pages no scratch uses now, while every
@@ -264,19 +270,22 @@ impl CachingAllocator {
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
     pub fn trim(&mut self) {
+        let cache = Arc::clone(&self.cache);
+        let (mut bytes, mut calls) = (0, 0);
+        self.each_region(|region, locked, _, _| {
+            let freed = region.trim(locked, &cache);
+            bytes += freed;
+            calls += u64::from(freed != 0);
+            Folded::default()
+        });
         let shared = self
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        for region in self.regions.iter_mut().chain([&mut self.locked]) {
-            let freed = region.trim(&self.cache);
-            if freed != 0 {
-                shared.totals.bytes_held -= freed;
-                shared.totals.system_frees += 1;
-            }
-        }
-        shared.freed.append(&mut shared.spare);
-        shared.give_back_freed(&self.cache);
+        shared.totals.bytes_held -= bytes;
+        shared.totals.system_frees += calls;
+        shared.loose.append(&mut shared.spare);
+        shared.give_back_loose(&self.cache);
     }
 
     /// Checks the canary after every allocation since the last reset, when
@@ -352,7 +361,9 @@ impl CachingAllocator {
         if layout.size() >= self.dedicated_from {
             return self.allocate_dedicated(&mut shared, layout, 0);
         }
-        let region = self.regions.claim();
+        let Some(region) = self.regions.claim(&mut shared.claimed) else {
+            return Err(Error::out_of_memory(layout));
+        };
         // SAFETY: `claim` returned the calling thread's own region. A thread
         // that had no id before `claim` may have been given an exited
         // thread's region, parked: it must be taken back before it grows,
@@ -399,6 +410,7 @@ impl CachingAllocator {
         let min = self.config.min_block_size;
         let Shared {
             token,
+            claimed,
             totals,
             spare,
             ..
@@ -433,7 +445,10 @@ impl CachingAllocator {
         if spare.is_empty() {
             // A region parked at the last reset, whose owner has not asked
             // for it back: an exited thread's, or an idle one's.
-            let parked = self.regions.iter().filter(|r| !core::ptr::eq(*r, region));
+            let parked = self
+                .regions
+                .iter(claimed)
+                .filter(|r| !core::ptr::eq(*r, region));
             spare.extend(parked.filter_map(|r| r.steal(token)).take(1));
         }
         let chunk = take_chunk(&self.cache, totals, spare, need, want, options, layout)?;
@@ -504,32 +519,54 @@ impl CachingAllocator {
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// Runs `f` on every region, the locked one last, and folds what it
-    /// returns into the totals. `keep` tells `f` whether a region stays
-    /// ready for its thread's next request (the calling thread's, and the
-    /// locked one) or is parked, so that its memory serves whichever thread
-    /// needs some next (see `Region::reset`).
-    fn each_region(&mut self, mut f: impl FnMut(&mut Region, bool, &mut Shared) -> Folded) {
+    /// Runs `f` on every region (the locked one last, when the debug checks
+    /// use it) with the lock's token and the list of loose chunks, and folds
+    /// what it returns into the totals. `keep` tells `f` whether a region
+    /// stays ready for its thread's next request (the calling thread's, and
+    /// the locked one) or is parked, so that its memory serves whichever
+    /// thread needs some next (see `Region::reset`).
+    ///
+    /// Returns the bytes that were live in the regions and dedicated chunks
+    /// just before, and notes them in the window's high-water mark: live
+    /// bytes peak right before a reset or rewind (between them they only
+    /// grow).
+    fn each_region(
+        &mut self,
+        mut f: impl FnMut(&Region, &mut Locked, bool, &mut Vec<Chunk>) -> Folded,
+    ) -> usize {
         let CachingAllocator {
             regions,
             locked,
             shared,
+            config,
             ..
         } = self;
-        let shared = shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let Shared {
+            token,
+            claimed,
+            totals,
+            loose,
+            dedicated_live,
+            window_high,
+            ..
+        } = shared.get_mut().unwrap_or_else(PoisonError::into_inner);
         let mine = regions.get().map(|r| r as *const Region);
-        for region in regions.iter_mut() {
-            let keep = mine == Some(&*region as *const Region);
-            let folded = f(region, keep, shared);
-            shared.totals.fold(folded);
+        let mut live = *dedicated_live;
+        for region in regions.iter(claimed) {
+            let keep = mine == Some(region as *const Region);
+            live += totals.fold(f(region, token, keep, loose));
         }
-        let folded = f(locked, true, shared);
-        shared.totals.fold(folded);
+        if config.debug_checks {
+            // Only the debug checks carve from the locked region.
+            live += totals.fold(f(locked, token, true, loose));
+        }
+        *window_high = (*window_high).max(live);
+        live
     }
 
     /// Every region, the locked one included.
-    fn all_regions(&self) -> impl Iterator<Item = &Region> {
-        self.regions.iter().chain([&self.locked])
+    fn all_regions<'a>(&'a self, claimed: &'a Claimed) -> impl Iterator<Item = &'a Region> {
+        self.regions.iter(claimed).chain([&self.locked])
     }
 }
 
@@ -604,9 +641,9 @@ impl Shared {
         self.totals.system_frees += cache.give_back(chunk);
     }
 
-    /// Gives every chunk in `freed` back to `cache`.
-    fn give_back_freed(&mut self, cache: &BlockCache) {
-        while let Some(chunk) = self.freed.pop() {
+    /// Gives every loose chunk back to `cache`.
+    fn give_back_loose(&mut self, cache: &BlockCache) {
+        while let Some(chunk) = self.loose.pop() {
             self.give_back(cache, chunk);
         }
     }
@@ -617,14 +654,6 @@ impl Shared {
             self.dedicated_live -= size;
             self.give_back(cache, chunk);
         }
-    }
-
-    /// Notes the bytes live now in `regions` and dedicated chunks in the
-    /// window's high-water mark: called just before a reset or rewind,
-    /// where live bytes peak (between them they only grow).
-    fn note_live<'a>(&mut self, regions: impl Iterator<Item = &'a Region>) {
-        let live = self.dedicated_live + regions.map(Region::live).sum::<usize>();
-        self.window_high = self.window_high.max(live);
     }
 
     /// Checks and poisons the canaries from the `from`th on (debug checks).
@@ -642,9 +671,11 @@ impl Shared {
 unsafe impl TempAllocator for CachingAllocator {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        if let Some(region) = self.regions.get() {
+        // Every miss is a tail call to the slow path, so the fast path saves
+        // no registers.
+        if let Some(region) = self.regions.cached() {
             if layout.size() < self.dedicated_from {
-                // SAFETY: `Regions::get` returned the calling thread's own
+                // SAFETY: `Regions::cached` returned the calling thread's own
                 // region. A thread id belongs to one live thread at a time;
                 // the thread that had it before (and its region) has exited,
                 // its writes ordered before ours by the id's hand-over.
@@ -665,14 +696,13 @@ unsafe impl TempAllocator for CachingAllocator {
             // Before any chunk goes back: the memory is still ours to poison.
             shared.recycle_canaries(0);
         }
-        shared.note_live(self.regions.iter().chain([&self.locked]));
         shared.open.clear();
-        self.each_region(|region, keep, shared| region.reset(keep, &mut shared.freed));
+        self.each_region(|region, locked, keep, loose| region.reset(locked, keep, loose));
         let shared = self
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        shared.give_back_freed(&self.cache);
+        shared.give_back_loose(&self.cache);
         while !shared.dedicated.is_empty() {
             shared.free_last_dedicated(&self.cache);
         }
@@ -689,7 +719,7 @@ unsafe impl TempAllocator for CachingAllocator {
         // them in: what they hold is live, and requested.
         let (mut allocations, mut requested, mut live) =
             (t.allocations, t.bytes_requested, shared.dedicated_live);
-        for region in self.all_regions() {
+        for region in self.all_regions(&shared.claimed) {
             allocations += region.count() as u64;
             requested += region.live() as u64;
             live += region.live();

@@ -82,6 +82,8 @@ pub(super) struct Cold {
 pub(super) struct Folded {
     pub allocations: u64,
     pub bytes_requested: u64,
+    /// Bytes that were live in the region just before.
+    pub live: usize,
 }
 
 impl Region {
@@ -230,12 +232,21 @@ impl Region {
 
     /// Rewinds to the checkpoint at `depth`: back to the mark taken then, or
     /// to the start if the region was unused then. Chunks taken since go to
-    /// `spare` (the allocator keeps them for the next kernel). A region left
+    /// `loose` (the allocator keeps them for the next kernel). A region left
     /// with nothing in it is parked, as at a reset, unless `keep`: so the
     /// threads of the next kernel, fresh or not, find its memory.
-    pub(super) fn rewind(&mut self, depth: usize, keep: bool, spare: &mut Vec<Chunk>) -> Folded {
-        let Region { hot, cold } = self;
-        let cold = cold.get_mut();
+    ///
+    /// Like every method that changes another thread's region, it needs the
+    /// lock (`locked`) and no thread allocating (the caller's `&mut` to the
+    /// allocator).
+    pub(super) fn rewind(
+        &self,
+        locked: &mut Locked,
+        depth: usize,
+        keep: bool,
+        loose: &mut Vec<Chunk>,
+    ) -> Folded {
+        let (hot, cold) = (&self.hot, self.cold(locked));
         while cold.marks.last().is_some_and(|m| m.depth > depth) {
             cold.marks.pop();
         }
@@ -245,12 +256,12 @@ impl Region {
         };
         let folded = hot.fold(cold, mark.live);
         // The chunk that was current at the mark becomes current again; the
-        // ones after it are spare.
+        // ones after it are loose.
         if mark.retired < cold.retired.len() {
             let mut later = cold.retired.split_off(mark.retired);
             let current = later.remove(0);
-            spare.append(&mut later);
-            spare.extend(cold.chunk.replace(current));
+            loose.append(&mut later);
+            loose.extend(cold.chunk.replace(current));
         }
         cold.retired_used = mark.retired_used;
         hot.install(cold.chunk.as_ref(), mark.cursor);
@@ -265,27 +276,33 @@ impl Region {
     }
 
     /// Ends the window: recycles everything. A region that outgrew its
-    /// chunk keeps the newest and gives the older ones to `free`; a heap
+    /// chunk keeps the newest and gives the older ones to `loose`; a heap
     /// chunk cannot grow in place, so then all of them go, and the next
     /// request takes one sized to the peak. Unless `keep` (the region of the
     /// thread that resets), the region is parked: its chunk stays, but any
     /// thread that needs one may take it over until the owner asks for it
     /// back. So a thread that exited, or stopped allocating, leaves its
-    /// memory to the next thread that needs some.
-    pub(super) fn reset(&mut self, keep: bool, free: &mut Vec<Chunk>) -> Folded {
-        let Region { hot, cold } = self;
-        let cold = cold.get_mut();
+    /// memory to the next thread that needs some. Needs what
+    /// [`rewind`](Self::rewind) needs.
+    #[inline]
+    pub(super) fn reset(&self, locked: &mut Locked, keep: bool, loose: &mut Vec<Chunk>) -> Folded {
+        let (hot, cold) = (&self.hot, self.cold(locked));
         cold.marks.clear();
         let folded = hot.fold(cold, 0);
-        cold.retired_used = 0;
-        if !cold.retired.is_empty() {
-            free.append(&mut cold.retired);
-            if matches!(cold.chunk, Some(Chunk::Heap(_))) {
-                free.extend(cold.chunk.take());
-            }
+        if cold.retired.is_empty() {
+            // The usual case: same chunk, back to its start.
+            hot.cursor.store(0, Relaxed);
+        } else {
+            outgrown(hot, cold, loose);
         }
-        hot.install(cold.chunk.as_ref(), 0);
-        if !keep {
+        if keep {
+            // The resetting thread owns this region: ready for it again.
+            let parked = hot.parked.load(Relaxed);
+            if parked != 0 {
+                hot.parked.store(0, Relaxed);
+                hot.limit.store(parked, Relaxed);
+            }
+        } else if hot.limit.load(Relaxed) != 0 {
             hot.park();
         }
         folded
@@ -293,39 +310,39 @@ impl Region {
 
     /// Gives the committed pages above the cursor back to the system (a
     /// reservation only; blocks stay whole). Returns the bytes given back.
-    pub(super) fn trim(&mut self, cache: &BlockCache) -> usize {
-        let Region { hot, cold } = self;
-        let Some(Chunk::Mapped(m)) = cold.get_mut().chunk.as_mut() else {
+    /// Needs what [`rewind`](Self::rewind) needs.
+    pub(super) fn trim(&self, locked: &mut Locked, cache: &BlockCache) -> usize {
+        let hot = &self.hot;
+        let Some(Chunk::Mapped(m)) = self.cold(locked).chunk.as_mut() else {
             return 0;
         };
         let before = m.committed();
-        cache.decommit(m, *hot.cursor.get_mut());
+        cache.decommit(m, hot.cursor.load(Relaxed));
         let after = m.committed();
-        match hot.parked.get_mut() {
-            0 => *hot.limit.get_mut() = after,
-            parked => *parked = after,
+        match hot.parked.load(Relaxed) {
+            0 => hot.limit.store(after, Relaxed),
+            _ => hot.parked.store(after, Relaxed),
         }
         before - after
     }
 
-    /// Gives every chunk to `free`, leaving the region empty. Call after a
-    /// reset.
-    pub(super) fn release(&mut self, free: &mut Vec<Chunk>) {
-        let Region { hot, cold } = self;
-        let cold = cold.get_mut();
-        debug_assert!(cold.retired.is_empty() && hot.cursor.load(Relaxed) == 0);
-        free.extend(cold.chunk.take());
-        hot.install(None, 0);
+    /// Gives every chunk to `loose`, leaving the region empty. After a
+    /// reset; needs what [`rewind`](Self::rewind) needs.
+    pub(super) fn release(&self, locked: &mut Locked, loose: &mut Vec<Chunk>) {
+        let cold = self.cold(locked);
+        debug_assert!(cold.retired.is_empty() && self.cursor() == 0);
+        loose.extend(cold.chunk.take());
+        self.hot.install(None, 0);
     }
 }
 
 impl Hot {
     /// Parks the region: the fast path misses until the owner unparks it,
     /// and until then another thread may take its chunk over.
-    fn park(&mut self) {
-        debug_assert!(*self.cursor.get_mut() == 0);
-        let limit = core::mem::take(self.limit.get_mut());
-        *self.parked.get_mut() = limit;
+    fn park(&self) {
+        debug_assert!(self.cursor.load(Relaxed) == 0);
+        self.parked.store(self.limit.load(Relaxed), Relaxed);
+        self.limit.store(0, Relaxed);
     }
 
     /// Points the fast path at `chunk`, at `cursor`.
@@ -343,14 +360,17 @@ impl Hot {
 
     /// Folds the counters, down to `keep_live` live bytes, and notes the
     /// window's use.
-    fn fold(&mut self, cold: &mut Cold, keep_live: usize) -> Folded {
-        let count = core::mem::take(self.count.get_mut());
-        let live = core::mem::replace(self.live.get_mut(), keep_live);
+    fn fold(&self, cold: &mut Cold, keep_live: usize) -> Folded {
+        let count = self.count.load(Relaxed);
+        let live = self.live.load(Relaxed);
         debug_assert!(live >= keep_live);
-        cold.peak = cold.peak.max(cold.retired_used + *self.cursor.get_mut());
+        self.count.store(0, Relaxed);
+        self.live.store(keep_live, Relaxed);
+        cold.peak = cold.peak.max(cold.retired_used + self.cursor.load(Relaxed));
         Folded {
             allocations: count as u64,
             bytes_requested: (live - keep_live) as u64,
+            live,
         }
     }
 }
@@ -380,6 +400,20 @@ impl Cold {
             });
         }
     }
+}
+
+/// A reset of a region that outgrew its chunk this window: the older chunks
+/// go to `loose`, and a heap chunk (which cannot grow in place) too, so that
+/// the next request takes one sized to the peak.
+#[cold]
+#[inline(never)]
+fn outgrown(hot: &Hot, cold: &mut Cold, loose: &mut Vec<Chunk>) {
+    cold.retired_used = 0;
+    loose.append(&mut cold.retired);
+    if matches!(cold.chunk, Some(Chunk::Heap(_))) {
+        loose.extend(cold.chunk.take());
+    }
+    hot.install(cold.chunk.as_ref(), 0);
 }
 
 /// How many bytes a region wants usable when it must grow to `need`:

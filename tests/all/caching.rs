@@ -286,29 +286,6 @@ fn threads_write_and_verify_their_own_scratch() {
 }
 
 #[test]
-fn more_threads_than_slots_share_the_fallback() {
-    let temp = fast_allocator();
-    // One more than the slots, so at least one thread shares the fallback.
-    let threads = scaled(24, 17);
-    let buffers = scaled(20, 2);
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let temp = &temp;
-            s.spawn(move || {
-                let ctx = KernelContext::new(temp);
-                let bufs: Vec<_> = (0..buffers)
-                    .map(|i| fill(ctx.allocate_temp(64 + i, 16).unwrap(), t * 100 + i))
-                    .collect();
-                for (i, buf) in bufs.iter().enumerate() {
-                    check(buf, t * 100 + i);
-                }
-            });
-        }
-    });
-    assert_eq!(temp.stats().allocations as usize, threads * buffers);
-}
-
-#[test]
 fn allocators_share_one_block_cache() {
     let cache = Arc::new(BlockCache::with_idle_budget(16 << 20));
     let mut a = CachingAllocator::with_cache(Arc::clone(&cache), fast());

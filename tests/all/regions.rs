@@ -195,6 +195,10 @@ fn a_request_is_served_while_held_plus_need_fits_the_limit() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "under Miri regions are heap blocks, which cannot grow in place"
+)]
 fn growth_never_asks_for_more_than_the_limit_allows() {
     // A request that fits exactly what is left is served, though growth by
     // 12.5% would pass the limit.
