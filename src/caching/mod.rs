@@ -13,7 +13,7 @@ mod threads;
 
 use core::alloc::Layout;
 use core::fmt;
-use core::ptr::NonNull;
+use core::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -564,6 +564,28 @@ impl CachingAllocator {
         live
     }
 
+    /// `reset` with several regions, dedicated chunks or debug checks.
+    #[cold]
+    #[inline(never)]
+    fn reset_all(&mut self) {
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.config.debug_checks {
+            // Before any chunk goes back: the memory is still ours to poison.
+            shared.recycle_canaries(0);
+        }
+        self.each_region(|region, locked, keep, loose| region.reset(locked, keep, loose));
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        while !shared.dedicated.is_empty() {
+            shared.free_last_dedicated(&self.cache);
+        }
+    }
+
     /// Every region, the locked one included.
     fn all_regions<'a>(&'a self, claimed: &'a Claimed) -> impl Iterator<Item = &'a Region> {
         self.regions.iter(claimed).chain([&self.locked])
@@ -687,25 +709,34 @@ unsafe impl TempAllocator for CachingAllocator {
         self.allocate_slow(layout)
     }
 
+    #[inline]
     fn reset(&mut self) {
+        let debug_checks = self.config.debug_checks;
         let shared = self
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        if self.config.debug_checks {
-            // Before any chunk goes back: the memory is still ours to poison.
-            shared.recycle_canaries(0);
+        match self.regions.only(&shared.claimed) {
+            // The usual case, kept short: one thread allocates.
+            Some(region) if !debug_checks && shared.dedicated.is_empty() => {
+                let keep = self
+                    .regions
+                    .cached()
+                    .is_some_and(|mine| ptr::eq(mine, region));
+                let folded = region.reset(&mut shared.token, keep, &mut shared.loose);
+                let live = shared.totals.fold(folded);
+                shared.window_high = shared.window_high.max(live);
+            }
+            _ => self.reset_all(),
+        }
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !shared.loose.is_empty() {
+            shared.give_back_loose(&self.cache);
         }
         shared.open.clear();
-        self.each_region(|region, locked, keep, loose| region.reset(locked, keep, loose));
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        shared.give_back_loose(&self.cache);
-        while !shared.dedicated.is_empty() {
-            shared.free_last_dedicated(&self.cache);
-        }
         let totals = &mut shared.totals;
         totals.last_window_high = core::mem::take(&mut shared.window_high);
         totals.high_water = totals.high_water.max(totals.last_window_high);

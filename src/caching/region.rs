@@ -360,6 +360,7 @@ impl Hot {
 
     /// Folds the counters, down to `keep_live` live bytes, and notes the
     /// window's use.
+    #[inline]
     fn fold(&self, cold: &mut Cold, keep_live: usize) -> Folded {
         let count = self.count.load(Relaxed);
         let live = self.live.load(Relaxed);

@@ -116,11 +116,24 @@ impl Regions {
 
     /// Every region made so far, through the list the allocator keeps.
     pub(super) fn iter<'a>(&'a self, claimed: &'a Claimed) -> impl Iterator<Item = &'a Region> {
-        claimed.0.iter().map(|region| {
-            // SAFETY: every pointer came from `self.all.get_or` and points
-            // into `self.all`, which never moves or drops an entry while it lives
-            // (we never call `clear`); the returned borrow is tied to `self`.
-            unsafe { region.as_ref() }
-        })
+        claimed.0.iter().map(|&region| self.deref(region))
+    }
+
+    /// The one region made so far, if there is exactly one.
+    #[inline]
+    pub(super) fn only<'a>(&'a self, claimed: &'a Claimed) -> Option<&'a Region> {
+        match *claimed.0.as_slice() {
+            [region] => Some(self.deref(region)),
+            _ => None,
+        }
+    }
+
+    /// A region recorded in `Claimed`, borrowed for as long as `self`.
+    #[inline]
+    fn deref(&self, region: NonNull<Region>) -> &Region {
+        // SAFETY: every pointer in `Claimed` came from `self.all.get_or` and
+        // points into `self.all`, which never moves or drops an entry while it
+        // lives (we never call `clear`); the borrow is tied to `self`.
+        unsafe { region.as_ref() }
     }
 }

@@ -347,3 +347,64 @@ fn live_bytes_and_the_window_high_water_follow_each_window() {
     let s = temp.stats();
     assert_eq!((s.window_high_water, s.high_water), (100, 8000));
 }
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "Miri has no reservations: every test there runs on heap blocks"
+)]
+fn a_refused_reservation_falls_back_to_heap_blocks() {
+    // No system maps 2^62 bytes of address space (nor does `ulimit -v`
+    // allow much less): the region falls back to heap blocks.
+    let mut temp = CachingAllocator::with_config(fast().reserve(Some(crate::util::HUGE)));
+    for _ in 0..3 {
+        let ctx = KernelContext::new(&temp);
+        let a = fill(ctx.allocate_temp(100_000, 64).unwrap(), 1);
+        let b = fill(ctx.allocate_temp(300_000, 4096).unwrap(), 2);
+        check(a, 1);
+        check(b, 2);
+        temp.reset();
+    }
+    let s = temp.stats();
+    assert!(s.bytes_held >= 400_000, "{s}");
+    // Converged on one block: the last windows took nothing new.
+    let before = s.system_allocations;
+    KernelContext::new(&temp)
+        .allocate_temp(400_000, 64)
+        .unwrap();
+    temp.reset();
+    assert_eq!(temp.stats().system_allocations, before);
+}
+
+#[test]
+fn trim_gives_pages_back_and_the_next_window_takes_them_again() {
+    let mut temp = CachingAllocator::with_config(fast());
+    let kept = fill(
+        KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
+        4,
+    )
+    .as_ptr();
+    let cp = temp.checkpoint();
+    KernelContext::new(&temp)
+        .allocate_temp(2 << 20, 64)
+        .unwrap();
+    temp.rewind(cp).unwrap();
+    let before = temp.stats();
+    temp.trim();
+    let after = temp.stats();
+    if !cfg!(miri) {
+        // Everything above the live 10 000 bytes went back.
+        assert!(after.bytes_held < 64 << 10, "{after}");
+        assert!(after.system_frees > before.system_frees, "{after}");
+    }
+    // What was live is intact, and the allocator serves as before.
+    // SAFETY: 10 000 bytes taken before the checkpoint, not reset since.
+    check(unsafe { std::slice::from_raw_parts(kept, 10_000) }, 4);
+    let big = fill(
+        KernelContext::new(&temp)
+            .allocate_temp(2 << 20, 64)
+            .unwrap(),
+        5,
+    );
+    check(big, 5);
+}

@@ -96,7 +96,7 @@ fn rejected_requests_are_not_counted() {
         let before = temp.stats();
         let _ = ctx.allocate_temp(100, 3);
         let _ = ctx.allocate_temp(usize::MAX, 8);
-        let _ = ctx.allocate_temp(1 << 62, 8);
+        let _ = ctx.allocate_temp(crate::util::HUGE, 8);
         assert_eq!(temp.stats(), before, "{name}");
     });
 }

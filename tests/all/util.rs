@@ -4,6 +4,14 @@ use std::mem::MaybeUninit;
 
 use tempalloc::{BumpAllocator, CachingAllocator, CachingConfig, MallocAllocator, TempAllocator};
 
+/// A request no system can serve: a quarter of the address space (1 << 62
+/// on 64-bit targets, 1 << 30 on 32-bit ones).
+pub const HUGE: usize = 1 << (usize::BITS - 2);
+
+/// The largest power of two, `isize::MAX + 1` (1 << 63 on 64-bit targets):
+/// a valid alignment for zero bytes, and for nothing larger.
+pub const TOP_BIT: usize = 1 << (usize::BITS - 1);
+
 /// Makes a fresh allocator under test.
 pub type Make = fn() -> Box<dyn TempAllocator>;
 
