@@ -196,7 +196,11 @@ impl CachingAllocator {
         CachingAllocator {
             regions: Regions::new(id),
             dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
-            locked: Region::new(),
+            // Like every allocation a constructor makes (the lock, the
+            // cache's `Arc`), a failure here is the global allocator's error.
+            locked: Region::try_new().unwrap_or_else(|| {
+                std::alloc::handle_alloc_error(Layout::new::<region::Cold>())
+            }),
             shared: Mutex::new(Shared::default()),
             cache,
             config,

@@ -3,7 +3,6 @@
 //! the fast path, and how a region grows, rewinds and resets.
 
 use core::alloc::Layout;
-use core::cell::UnsafeCell;
 use core::ptr::{self, NonNull};
 use std::sync::atomic::{
     AtomicPtr, AtomicUsize, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed,
@@ -23,12 +22,21 @@ use crate::chunk::Chunk;
 #[repr(align(128))]
 pub(super) struct Region {
     hot: Hot,
-    cold: UnsafeCell<Cold>,
+    /// The cold state, owned (like a `Box`) in an allocation of its own: a
+    /// `&mut Cold` then covers none of the region's own bytes, so the
+    /// references to the region that the allocator keeps (its list of
+    /// regions, each thread's one-entry cache) stay valid under Rust's
+    /// aliasing rules while the cold state changes.
+    cold: NonNull<Cold>,
 }
 
+// SAFETY: the region owns its cold state exclusively, as a `Box` would, and
+// everything in it is `Send`.
+unsafe impl Send for Region {}
+
 // SAFETY: the hot fields are atomics. The cold state is reached only through
-// `cold` (which takes the allocator's locked state as proof that the caller
-// holds the lock) or through `&mut`, so no two threads touch it at once.
+// `cold`, which takes the allocator's locked state as proof that the caller
+// holds the lock, so no two threads touch it at once.
 unsafe impl Sync for Region {}
 
 /// What the fast path reads and writes.
@@ -87,8 +95,15 @@ pub(super) struct Folded {
 }
 
 impl Region {
-    pub(super) fn new() -> Self {
-        Region {
+    /// A region with no memory yet; `None` if its cold state cannot be
+    /// allocated.
+    pub(super) fn try_new() -> Option<Self> {
+        // `std::alloc` rather than `Box::new`, which aborts when it fails.
+        // SAFETY: `Cold` is not zero-sized (it holds `Vec`s).
+        let cold = NonNull::new(unsafe { std::alloc::alloc(Layout::new::<Cold>()) })?.cast::<Cold>();
+        // SAFETY: fresh memory with `Cold`'s layout, written before any read.
+        unsafe { cold.write(Cold::default()) };
+        Some(Region {
             hot: Hot {
                 base: AtomicPtr::new(ptr::dangling_mut()),
                 cursor: AtomicUsize::new(0),
@@ -97,8 +112,8 @@ impl Region {
                 count: AtomicUsize::new(0),
                 parked: AtomicUsize::new(0),
             },
-            cold: UnsafeCell::default(),
-        }
+            cold,
+        })
     }
 
     /// Carves `layout` out of the current chunk, or `None` when it does not
@@ -178,12 +193,13 @@ impl Region {
     #[inline]
     #[allow(clippy::mut_from_ref)]
     pub(super) fn cold<'a>(&'a self, _locked: &'a mut Locked) -> &'a mut Cold {
-        // SAFETY: the cold state is reached only here and through `&mut
-        // self`. Here the caller holds the allocator's lock, borrowed mutably
-        // for as long as the result lives, so no other thread (which would
-        // need the lock) and no other call on this thread (which would need
-        // the same borrow) can reach the cold state meanwhile.
-        unsafe { &mut *self.cold.get() }
+        // SAFETY: `cold` points to the `Cold` this region owns, valid until
+        // the region drops. It is reached only here, and the caller holds
+        // the allocator's lock, borrowed mutably for as long as the result
+        // lives, so no other thread (which would need the lock) and no other
+        // call on this thread (which would need the same borrow) can reach
+        // it meanwhile.
+        unsafe { &mut *self.cold.as_ptr() }
     }
 
     /// The region's offset of the first free byte.
@@ -333,6 +349,14 @@ impl Region {
         debug_assert!(cold.retired.is_empty() && self.cursor() == 0);
         loose.extend(cold.chunk.take());
         self.hot.install(None, 0);
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `cold` came from `std::alloc::alloc` with `Cold`'s layout
+        // (as `Box` allocates) and was initialised; this is its only release.
+        drop(unsafe { Box::from_raw(self.cold.as_ptr()) });
     }
 }
 

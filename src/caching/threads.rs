@@ -101,12 +101,13 @@ impl Regions {
         // Room first, so that a region is never made without its record:
         // `checkpoint` must see every region.
         claimed.0.try_reserve(1).ok()?;
-        // A thread given an exited thread's number finds its region: only a
-        // region made here is new to the list.
+        let fresh = Region::try_new()?;
+        // A thread given an exited thread's number finds its region (and
+        // `fresh` is dropped): only a region made here is new to the list.
         let mut made = false;
         let region = self.all.get_or(|| {
             made = true;
-            Region::new()
+            fresh
         });
         if made {
             claimed.0.push(NonNull::from(region));
