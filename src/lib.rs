@@ -58,6 +58,8 @@ mod caching;
 pub mod capi;
 mod context;
 mod error;
+mod fixed;
+pub use fixed::{FixedAllocator, FixedCheckpoint};
 mod malloc;
 mod recording;
 mod stats;
