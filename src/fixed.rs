@@ -24,11 +24,12 @@ use crate::{Error, Stats, TempAllocator};
 /// touched. [`checkpoint`](Self::checkpoint) and [`rewind`](Self::rewind)
 /// give back everything taken after a point.
 ///
-/// `Send`, not `Sync`: the cursor and counters are plain `Cell`s. An atomic
-/// cursor alone would cost about the same instructions, but making the
-/// counters of [`Stats`] shareable as well takes one locked read-modify-write
-/// per counter per request, which a single-threaded microcontroller kernel
-/// would pay for nothing. See the `FixedAllocator` section of
+/// `Send`, not `Sync`: the cursor and counters are plain `Cell`s. A `Sync`
+/// version (a compare-and-swap cursor and atomic counters) runs about the
+/// same number of instructions, but four of them are locked
+/// read-modify-writes: about 3x the time per request on one thread, paid by
+/// every single-threaded kernel, and its 64-bit counters have no atomics on
+/// Cortex-M4. See the `FixedAllocator` section of
 /// `docs/design.md` for the measurement.
 ///
 /// ```

@@ -331,3 +331,22 @@ fn fixed_makes_no_system_allocation() {
         (0, 0)
     );
 }
+
+#[test]
+fn fixed_moves_to_another_thread() {
+    let mut storage = Buf::<256>::new();
+    let mut temp = FixedAllocator::new(&mut storage.0);
+    KernelContext::new(&temp).allocate_temp(10, 1).unwrap();
+    // `Send`: a runtime may hand the allocator to a worker thread.
+    let used = std::thread::scope(|s| {
+        s.spawn(move || {
+            KernelContext::new(&temp).allocate_temp(6, 2).unwrap();
+            temp.reset();
+            KernelContext::new(&temp).allocate_temp(5, 1).unwrap();
+            (temp.used(), temp.stats().resets)
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(used, (5, 1));
+}
