@@ -70,6 +70,9 @@ pub struct FixedAllocator<'buf> {
     /// The most bytes live in any ended window.
     high_water: usize,
     resets: u64,
+    /// Tells this allocator's checkpoints from those of an earlier allocator
+    /// over the same buffer.
+    id: usize,
     _buf: PhantomData<&'buf mut [MaybeUninit<u8>]>,
 }
 
@@ -98,7 +101,9 @@ unsafe impl Send for FixedAllocator<'_> {}
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedCheckpoint {
-    /// The buffer's address and length: which allocator the checkpoint is of.
+    /// The allocator's id and its buffer's address and length: which
+    /// allocator the checkpoint is of.
+    id: usize,
     base: usize,
     capacity: usize,
     cursor: usize,
@@ -137,6 +142,7 @@ impl<'buf> FixedAllocator<'buf> {
             last_window_max: 0,
             high_water: 0,
             resets: 0,
+            id: next_id(),
             _buf: PhantomData,
         }
     }
@@ -190,6 +196,7 @@ impl<'buf> FixedAllocator<'buf> {
     #[must_use]
     pub fn checkpoint(&self) -> FixedCheckpoint {
         FixedCheckpoint {
+            id: self.id,
             base: self.base.as_ptr().addr(),
             capacity: self.capacity,
             cursor: self.cursor.get(),
@@ -220,19 +227,24 @@ impl<'buf> FixedAllocator<'buf> {
     /// # Errors
     ///
     /// [`Error::StaleCheckpoint`] when a reset came after the checkpoint, when
-    /// an earlier rewind already went before it, or when it belongs to an
-    /// allocator over another buffer. The allocator is then unchanged.
+    /// an earlier rewind already went before it, or when it belongs to
+    /// another allocator (over another buffer, or an earlier one over this
+    /// buffer). The allocator is then unchanged.
     pub fn rewind(&mut self, checkpoint: FixedCheckpoint) -> Result<(), Error> {
         let cursor = *self.cursor.get_mut();
-        let ours =
-            checkpoint.base == self.base.as_ptr().addr() && checkpoint.capacity == self.capacity;
-        if !ours || checkpoint.resets != self.resets || checkpoint.cursor > cursor {
+        let ours = checkpoint.id == self.id
+            && checkpoint.base == self.base.as_ptr().addr()
+            && checkpoint.capacity == self.capacity;
+        if !ours
+            || checkpoint.resets != self.resets
+            || checkpoint.cursor > cursor
+            || checkpoint.live > *self.live.get_mut()
+        {
             return Err(Error::StaleCheckpoint {
                 taken_at: checkpoint.resets,
                 now: self.resets,
             });
         }
-        debug_assert!(checkpoint.live <= *self.live.get_mut());
         self.fold_window();
         *self.cursor.get_mut() = checkpoint.cursor;
         *self.live.get_mut() = checkpoint.live;
@@ -263,6 +275,24 @@ impl<'buf> FixedAllocator<'buf> {
     fn zero_sized(&self, layout: Layout) -> NonNull<[u8]> {
         self.allocations.set(self.allocations.get() + 1);
         dangling(layout)
+    }
+}
+
+/// A new allocator id. Where the target has no atomic read-modify-write
+/// (`thumbv6m`), every id is 0 and a checkpoint is told apart by its buffer's
+/// address and length only; a checkpoint of an earlier allocator over the same
+/// buffer is then accepted, which is still memory-safe as `rewind` takes
+/// `&mut self`.
+fn next_id() -> usize {
+    #[cfg(target_has_atomic = "ptr")]
+    {
+        use core::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+    #[cfg(not(target_has_atomic = "ptr"))]
+    {
+        0
     }
 }
 

@@ -305,7 +305,8 @@ fn stats_fill_every_counter_that_applies() {
 fn fixed_makes_no_system_allocation() {
     // A static buffer, as on a microcontroller; the allocator and contexts
     // live on the stack.
-    static mut BUF: [MaybeUninit<u8>; 8192] = [MaybeUninit::uninit(); 8192];
+    // Byte-aligned: big enough for the requests below wherever it lands.
+    static mut BUF: [MaybeUninit<u8>; 16384] = [MaybeUninit::uninit(); 16384];
     let before = crate::leaks::counts();
     {
         // SAFETY: this test is the only user of `BUF`.
@@ -349,4 +350,24 @@ fn fixed_moves_to_another_thread() {
         .unwrap()
     });
     assert_eq!(used, (5, 1));
+}
+
+#[test]
+fn checkpoints_of_an_earlier_allocator_over_the_same_buffer_are_refused() {
+    let mut storage = Buf::<64>::new();
+    let earlier = {
+        let temp = FixedAllocator::new(&mut storage.0);
+        KernelContext::new(&temp).allocate_temp(8, 1).unwrap();
+        temp.checkpoint()
+    };
+    let mut temp = FixedAllocator::new(&mut storage.0);
+    KernelContext::new(&temp).allocate_temp(32, 1).unwrap();
+    assert_eq!(
+        temp.rewind(earlier),
+        Err(Error::StaleCheckpoint {
+            taken_at: 0,
+            now: 0
+        })
+    );
+    assert_eq!(temp.used(), 32);
 }
