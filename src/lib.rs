@@ -59,6 +59,8 @@ pub mod capi;
 mod chunk;
 mod context;
 mod error;
+mod fixed;
+pub use fixed::{FixedAllocator, FixedCheckpoint};
 mod malloc;
 mod os;
 mod recording;

@@ -12,6 +12,7 @@ mod debug_checks;
 mod errors;
 mod exact_size_cache;
 mod faults;
+mod fixed;
 mod leaks;
 mod malloc;
 mod model;
