@@ -198,9 +198,8 @@ impl CachingAllocator {
             dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
             // Like every allocation a constructor makes (the lock, the
             // cache's `Arc`), a failure here is the global allocator's error.
-            locked: Region::try_new().unwrap_or_else(|| {
-                std::alloc::handle_alloc_error(Layout::new::<region::Cold>())
-            }),
+            locked: Region::try_new()
+                .unwrap_or_else(|| std::alloc::handle_alloc_error(Layout::new::<region::Cold>())),
             shared: Mutex::new(Shared::default()),
             cache,
             config,
@@ -780,6 +779,11 @@ unsafe impl TempAllocator for CachingAllocator {
 impl Drop for CachingAllocator {
     fn drop(&mut self) {
         self.release();
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.regions.free(&mut shared.claimed);
     }
 }
 

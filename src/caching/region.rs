@@ -100,7 +100,8 @@ impl Region {
     pub(super) fn try_new() -> Option<Self> {
         // `std::alloc` rather than `Box::new`, which aborts when it fails.
         // SAFETY: `Cold` is not zero-sized (it holds `Vec`s).
-        let cold = NonNull::new(unsafe { std::alloc::alloc(Layout::new::<Cold>()) })?.cast::<Cold>();
+        let cold =
+            NonNull::new(unsafe { std::alloc::alloc(Layout::new::<Cold>()) })?.cast::<Cold>();
         // SAFETY: fresh memory with `Cold`'s layout, written before any read.
         unsafe { cold.write(Cold::default()) };
         Some(Region {
