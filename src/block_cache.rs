@@ -268,10 +268,7 @@ impl BlockCache {
             });
         }
         state.stats.misses += 1;
-        let oom = Error::OutOfMemory {
-            size: request.size(),
-            align: request.align(),
-        };
+        let oom = Error::out_of_memory(request);
         let reserved = options
             .reserve
             .and_then(|bytes| Mapping::reserve(bytes.max(need), options.block.huge_pages));
@@ -322,10 +319,7 @@ impl BlockCache {
         options: ChunkOptions,
         request: Layout,
     ) -> Result<(), Error> {
-        let oom = Error::OutOfMemory {
-            size: request.size(),
-            align: request.align(),
-        };
+        let oom = Error::out_of_memory(request);
         let round = |bytes: usize| {
             bytes
                 .checked_next_multiple_of(PAGE)

@@ -88,10 +88,7 @@ impl DebugState {
     pub(super) fn reserve(&mut self, layout: Layout) -> Result<(), Error> {
         self.canaries
             .try_reserve(1)
-            .map_err(|_| Error::OutOfMemory {
-                size: layout.size(),
-                align: layout.align(),
-            })
+            .map_err(|_| Error::out_of_memory(layout))
     }
 
     /// Writes the canary after the `size` bytes at `ptr` (carved with

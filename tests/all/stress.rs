@@ -114,7 +114,7 @@ where
             // Typed scratch (zeroed) through the same context.
             let words = ctx.scratch::<u64>(size.div_ceil(8)).unwrap();
             assert!(words.iter().all(|&w| w == 0), "scratch not zeroed");
-            assert_eq!(words.as_ptr() as usize % 8, 0);
+            assert_eq!(words.as_ptr() as usize % align_of::<u64>(), 0);
             bytemuck::cast_slice_mut::<u64, u8>(words)
         } else {
             let buf = ctx.allocate_temp(size, align).unwrap();
