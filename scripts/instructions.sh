@@ -21,3 +21,22 @@ for trace in steady decode mixed; do
         printf '%-8s %-18s %14s %10.1f\n' "$trace" "$allocator" "$ir" "$(echo "$ir / ($requests * $runs)" | bc -l)"
     done
 done
+
+# The hot path alone: a request through `KernelContext::allocate_temp` on a
+# warm `CachingAllocator` against `bumpalo::Bump::alloc_layout`, and a request
+# plus a reset, per request (target: within 1.25x of bumpalo).
+cargo build --release --example hot_path_instructions --quiet
+bin=target/release/examples/hot_path_instructions
+n=$("$bin" | sed -n 's/^\([0-9]*\) requests.*/\1/p')
+count() {
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="hot_path_instructions::$1" \
+        "$bin" 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+ctx=$(count through_kernel_context)
+bump=$(count through_bumpalo)
+reset=$(count resets)
+printf '\n%-42s %8s\n' "hot path (instructions per request)" ""
+printf '%-42s %8.1f\n' "KernelContext::allocate_temp (caching)" "$(echo "$ctx / $n / 3" | bc -l)"
+printf '%-42s %8.1f\n' "bumpalo::Bump::alloc_layout" "$(echo "$bump / $n / 3" | bc -l)"
+printf '%-42s %8.2fx\n' "ratio" "$(echo "$ctx / $bump" | bc -l)"
+printf '%-42s %8.1f\n' "a request and a reset (caching)" "$(echo "$reset / $n" | bc -l)"

@@ -52,18 +52,16 @@ pub(crate) struct Block {
 // SAFETY: a `Block` owns its memory exclusively (like a `Box<[u8]>`); the
 // system allocator lets any thread free it.
 unsafe impl Send for Block {}
-// SAFETY: `&Block` only exposes the address and size, never the bytes.
-unsafe impl Sync for Block {}
 
 impl Block {
-    /// A block of exactly `size` bytes (a size class) from the system.
+    /// A block of `size` bytes (at least a page; a size class) from the system.
     pub(crate) fn allocate(size: usize, options: BlockOptions) -> Result<Block, Error> {
+        let size = size.max(PAGE);
         let huge = options.huge_pages && size >= HUGE_PAGE;
         let align = if huge { HUGE_PAGE } else { PAGE };
         let layout = Layout::from_size_align(size, align)
             .map_err(|_| Error::SizeOverflow { size, align })?;
-        debug_assert!(size > 0, "blocks are never empty");
-        // SAFETY: `size > 0` (every size class is at least one page).
+        // SAFETY: `size >= PAGE > 0`.
         let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) })
             .ok_or(Error::OutOfMemory { size, align })?;
         let block = Block { ptr, layout };

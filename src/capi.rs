@@ -71,7 +71,9 @@ fn code(error: Error) -> tempalloc_error {
         Error::OutOfMemory { .. } => TEMPALLOC_ERROR_OUT_OF_MEMORY,
         Error::BudgetExceeded { .. } => TEMPALLOC_ERROR_BUDGET_EXCEEDED,
         Error::NoTempAllocator => TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR,
-        Error::StaleCheckpoint { .. } => TEMPALLOC_ERROR_STALE_CHECKPOINT,
+        Error::StaleCheckpoint { .. }
+        | Error::ForeignCheckpoint
+        | Error::CheckpointClosed { .. } => TEMPALLOC_ERROR_STALE_CHECKPOINT,
         Error::CanaryCorrupted { .. } => TEMPALLOC_ERROR_CANARY_CORRUPTED,
     }
 }
@@ -103,9 +105,9 @@ impl tempalloc_config {
         let default = CachingConfig::default();
         let nonzero = |n: usize| (n != 0).then_some(n);
         default
-            .max_cached_bytes(self.max_cached_bytes)
+            .idle_budget(self.max_cached_bytes)
             .max_bytes(nonzero(self.max_bytes))
-            .min_block_size(nonzero(self.min_block_size).unwrap_or(default.get_min_block_size()))
+            .min_block_size(nonzero(self.min_block_size).unwrap_or(default.min_block_size))
             .dedicated_threshold(nonzero(self.dedicated_threshold))
             .prefault(self.prefault)
             .huge_pages(self.huge_pages)
@@ -149,6 +151,19 @@ impl From<Stats> for tempalloc_stats {
             high_water: s.high_water,
             cache_hits: s.cache_hits,
             cache_misses: s.cache_misses,
+        }
+    }
+}
+
+impl From<crate::CacheStats> for tempalloc_stats {
+    fn from(s: crate::CacheStats) -> Self {
+        tempalloc_stats {
+            system_allocations: s.system_allocations,
+            system_frees: s.system_frees,
+            bytes_held: s.bytes_held,
+            cache_hits: s.hits,
+            cache_misses: s.misses,
+            ..tempalloc_stats::default()
         }
     }
 }
@@ -201,12 +216,12 @@ fn status<T>(result: Result<T, tempalloc_error>, out: Option<&mut T>) -> tempall
 pub extern "C" fn tempalloc_config_default() -> tempalloc_config {
     let c = CachingConfig::default();
     tempalloc_config {
-        max_cached_bytes: c.get_max_cached_bytes(),
-        max_bytes: c.get_max_bytes().unwrap_or(0),
-        min_block_size: c.get_min_block_size(),
-        dedicated_threshold: c.get_dedicated_threshold().unwrap_or(0),
-        prefault: c.get_prefault(),
-        huge_pages: c.get_huge_pages(),
+        max_cached_bytes: c.idle_budget,
+        max_bytes: c.max_bytes.unwrap_or(0),
+        min_block_size: c.min_block_size,
+        dedicated_threshold: c.dedicated_threshold.unwrap_or(0),
+        prefault: c.prefaults(),
+        huge_pages: c.uses_huge_pages(),
     }
 }
 
@@ -687,8 +702,8 @@ mod tests {
             ..c
         };
         let config = custom.to_config();
-        assert_eq!(config.get_max_bytes(), Some(1 << 20));
-        assert_eq!(config.get_dedicated_threshold(), Some(8 << 20));
-        assert!(config.get_prefault());
+        assert_eq!(config.max_bytes, Some(1 << 20));
+        assert_eq!(config.dedicated_threshold, Some(8 << 20));
+        assert!(config.prefaults());
     }
 }

@@ -57,15 +57,28 @@ pub enum Error {
     /// The kernel context was created without a temp allocator.
     #[error("no temp allocator: this kernel context was created without one")]
     NoTempAllocator,
-    /// A checkpoint no longer describes the allocator's state: a reset came
-    /// after it, an earlier rewind released its blocks, or it belongs to
-    /// another allocator.
+    /// A reset came after the checkpoint: everything it marked is recycled.
     #[error("stale checkpoint: taken at reset {taken_at}, the allocator is at reset {now}")]
     StaleCheckpoint {
         /// The allocator's reset count when the checkpoint was taken.
         taken_at: u64,
         /// The allocator's reset count now.
         now: u64,
+    },
+    /// The checkpoint was taken on another allocator.
+    #[error("foreign checkpoint: it was taken on another allocator")]
+    ForeignCheckpoint,
+    /// A rewind to a checkpoint taken before this one already released it:
+    /// checkpoints nest, and an outer rewind closes the inner ones.
+    #[error(
+        "closed checkpoint: checkpoint {depth} (0 = outermost) was released by a rewind \
+         to an earlier one; {open} are open"
+    )]
+    CheckpointClosed {
+        /// The checkpoint's nesting depth (0 = taken with none open).
+        depth: usize,
+        /// Checkpoints open now.
+        open: usize,
     },
     /// With [`CachingConfig::debug_checks`](crate::CachingConfig::debug_checks)
     /// on: something wrote past the end of a scratch buffer, into the canary
@@ -85,6 +98,29 @@ pub enum Error {
 }
 
 impl Error {
+    /// The system could not provide memory for `layout`.
+    #[inline]
+    pub(crate) fn out_of_memory(layout: core::alloc::Layout) -> Self {
+        Error::OutOfMemory {
+            size: layout.size(),
+            align: layout.align(),
+        }
+    }
+
+    /// This error, reported for `layout` as the caller asked for it (the
+    /// allocator may have carved more, such as a canary after it).
+    pub(crate) fn for_request(self, layout: core::alloc::Layout) -> Self {
+        match self {
+            Error::BudgetExceeded { held, limit, .. } => Error::BudgetExceeded {
+                requested: layout.size(),
+                held,
+                limit,
+            },
+            Error::OutOfMemory { .. } | Error::SizeOverflow { .. } => Error::out_of_memory(layout),
+            e => e,
+        }
+    }
+
     /// The error for `size` bytes at `align` that do not form a valid
     /// [`Layout`](core::alloc::Layout): a bad alignment or an overflow.
     #[inline]

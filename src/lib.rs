@@ -56,17 +56,21 @@ mod bump;
 mod caching;
 #[cfg(feature = "capi")]
 pub mod capi;
+mod chunk;
 mod context;
 #[cfg(feature = "dyn-stack")]
 mod dyn_stack;
 mod error;
+mod fixed;
+pub use fixed::{FixedAllocator, FixedCheckpoint};
 mod malloc;
+mod os;
 mod recording;
 mod stats;
 mod temp;
 pub mod trace;
 
-pub use block_cache::BlockCache;
+pub use block_cache::{BlockCache, CacheStats};
 pub use bump::BumpAllocator;
 pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
 pub use context::{KernelContext, SyncKernelContext, with_context};

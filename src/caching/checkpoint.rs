@@ -1,11 +1,15 @@
-//! [`Checkpoint`]: where a [`CachingAllocator`](super::CachingAllocator) can be rewound to.
+//! Checkpoints of a [`CachingAllocator`](super::CachingAllocator):
+//! [`Checkpoint`], the marks regions keep for it, and `checkpoint`/`rewind`.
 
-use super::slot::SLOTS;
+use std::sync::PoisonError;
+
+use super::{CachingAllocator, Shared};
+use crate::Error;
 
 /// A position in a [`CachingAllocator`](crate::CachingAllocator)'s window,
 /// from [`checkpoint`](crate::CachingAllocator::checkpoint), to be given to
 /// [`rewind`](crate::CachingAllocator::rewind). It borrows nothing, so
-/// scratch taken before it can still be in use; it is consumed by the rewind.
+/// scratch taken before it can still be in use; the rewind consumes it.
 ///
 /// ```
 /// use tempalloc::{CachingAllocator, KernelContext};
@@ -19,22 +23,179 @@ use super::slot::SLOTS;
 #[derive(Debug)]
 #[must_use = "a checkpoint does nothing until it is given to `rewind`"]
 pub struct Checkpoint {
-    pub(super) allocator: u64,
-    pub(super) resets: u64,
-    pub(super) marks: [Mark; SLOTS + 1],
-    pub(super) dedicated: usize,
-    /// Allocations with a canary (debug checks), to check from at rewind.
-    pub(super) canaries: usize,
+    /// The allocator it belongs to.
+    allocator: u64,
+    /// The allocator's reset count when it was taken.
+    resets: u64,
+    /// How many checkpoints were open when it was taken: its index in the
+    /// allocator's stack of open checkpoints.
+    depth: usize,
+    /// Tells it from an earlier checkpoint at the same depth.
+    serial: u64,
 }
 
-/// One slot's position.
-#[derive(Debug, Clone, Copy)]
+/// An open checkpoint, as the allocator keeps it.
+#[derive(Debug)]
+pub(super) struct Open {
+    serial: u64,
+    /// Dedicated chunks then.
+    dedicated: usize,
+    /// Allocations with a canary then (debug checks).
+    canaries: usize,
+}
+
+/// Where one region was when a checkpoint was taken.
+#[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Mark {
-    /// Blocks in the slot's chain.
-    pub blocks: usize,
-    /// Offset in the last of them.
+    /// The checkpoint's depth.
+    pub depth: usize,
+    /// The region's cursor in the chunk that was current.
     pub cursor: usize,
-    pub requested: usize,
-    pub window_start: usize,
+    /// Chunks the region had retired.
+    pub retired: usize,
+    /// Bytes used in them.
     pub retired_used: usize,
+    /// The region's live bytes.
+    pub live: usize,
+}
+
+impl CachingAllocator {
+    /// Takes a checkpoint: a later [`rewind`](Self::rewind) to it recycles
+    /// everything allocated after it, while what was allocated before stays
+    /// allocated and unchanged.
+    ///
+    /// A runtime takes one before each kernel and rewinds after it, so the
+    /// kernel's scratch serves the next kernel while scratch that lives for
+    /// the whole inference stays put. It costs a lock and a few stores per
+    /// region in use, and after the first inference no system allocation.
+    /// Take it while no other thread is allocating from this allocator, so
+    /// that "before" is well defined.
+    ///
+    /// ```
+    /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
+    ///
+    /// let mut temp = CachingAllocator::new();
+    /// let kv = KernelContext::new(&temp).scratch::<u8>(1000)?.as_mut_ptr();
+    /// let cp = temp.checkpoint();
+    /// let a = KernelContext::new(&temp).scratch::<u8>(500)?.as_mut_ptr();
+    /// temp.rewind(cp)?;
+    /// let b = KernelContext::new(&temp).scratch::<u8>(500)?.as_mut_ptr();
+    /// assert_eq!(a, b); // the kernel's scratch was recycled...
+    /// assert_ne!(kv, b); // ...the inference's was not
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// Scratch allocated after a checkpoint cannot be used after the rewind:
+    ///
+    /// ```compile_fail,E0502
+    /// use tempalloc::{CachingAllocator, KernelContext};
+    ///
+    /// let mut temp = CachingAllocator::new();
+    /// let cp = temp.checkpoint();
+    /// let ctx = KernelContext::new(&temp);
+    /// let tile = ctx.scratch::<f32>(16).unwrap();
+    /// temp.rewind(cp).unwrap(); // error: `temp` is still borrowed by `tile`
+    /// tile[0] = 1.0;
+    /// ```
+    pub fn checkpoint(&self) -> Checkpoint {
+        let mut shared = self.lock();
+        let depth = shared.open.len();
+        let serial = shared.next_serial;
+        shared.next_serial += 1;
+        let open = Open {
+            serial,
+            dedicated: shared.dedicated.len(),
+            canaries: shared.debug.len(),
+        };
+        shared.open.push(open);
+        let Shared { token, claimed, .. } = &mut *shared;
+        for region in self.regions.iter(claimed).chain([&self.locked]) {
+            region.cold(token).mark(region, depth);
+        }
+        Checkpoint {
+            allocator: self.id,
+            resets: shared.totals.resets,
+            depth,
+            serial,
+        }
+    }
+
+    /// Recycles everything allocated since `checkpoint` was taken. Needs
+    /// `&mut self`: no scratch from after the checkpoint can still be in use
+    /// and no other thread can be allocating. Checkpoints nest: rewinding
+    /// one also closes those taken after it, which cannot be rewound then.
+    ///
+    /// ```
+    /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
+    ///
+    /// let mut temp = CachingAllocator::new();
+    /// let outer = temp.checkpoint();
+    /// KernelContext::new(&temp).scratch::<u8>(100)?;
+    /// let inner = temp.checkpoint();
+    /// KernelContext::new(&temp).scratch::<u8>(200)?;
+    /// temp.rewind(inner)?;
+    /// assert_eq!(temp.stats().bytes_live, 100);
+    /// temp.rewind(outer)?;
+    /// assert_eq!(temp.stats().bytes_live, 0);
+    /// assert_eq!(temp.stats().high_water, 300);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Nothing changes when the checkpoint cannot be rewound to:
+    /// [`Error::ForeignCheckpoint`] when it belongs to another allocator,
+    /// [`Error::StaleCheckpoint`] when a reset came after it, and
+    /// [`Error::CheckpointClosed`] when a rewind to an earlier checkpoint
+    /// already released it.
+    pub fn rewind(&mut self, checkpoint: Checkpoint) -> Result<(), Error> {
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (dedicated, canaries) = check(self.id, shared, &checkpoint)?;
+        shared.open.truncate(checkpoint.depth);
+        if self.config.debug_checks {
+            // Before any chunk goes back: the memory is still ours to poison.
+            shared.recycle_canaries(canaries);
+        }
+        let depth = checkpoint.depth;
+        self.each_region(|region, locked, keep, loose| region.rewind(locked, depth, keep, loose));
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Chunks the kernel outgrew serve the next kernel.
+        shared.spare.append(&mut shared.loose);
+        while shared.dedicated.len() > dedicated {
+            shared.free_last_dedicated(&self.cache);
+        }
+        Ok(())
+    }
+}
+
+/// Which rule, if any, keeps `checkpoint` from being rewound to; if none,
+/// the dedicated chunks and canaries there were when it was taken.
+fn check(
+    allocator: u64,
+    shared: &Shared,
+    checkpoint: &Checkpoint,
+) -> Result<(usize, usize), Error> {
+    if checkpoint.allocator != allocator {
+        return Err(Error::ForeignCheckpoint);
+    }
+    let now = shared.totals.resets;
+    if checkpoint.resets != now {
+        return Err(Error::StaleCheckpoint {
+            taken_at: checkpoint.resets,
+            now,
+        });
+    }
+    match shared.open.get(checkpoint.depth) {
+        Some(open) if open.serial == checkpoint.serial => Ok((open.dedicated, open.canaries)),
+        _ => Err(Error::CheckpointClosed {
+            depth: checkpoint.depth,
+            open: shared.open.len(),
+        }),
+    }
 }

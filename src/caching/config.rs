@@ -2,9 +2,20 @@
 
 use crate::block::BlockOptions;
 
+/// Address space each region reserves by default: plenty on 64-bit targets
+/// (reserving costs no memory), and little enough on 32-bit ones that a few
+/// threads leave room for everything else. A region that needs more moves to
+/// a larger reservation.
+const DEFAULT_RESERVE: usize = if usize::BITS >= 64 {
+    64 << 30
+} else {
+    64 << 20
+};
+
 /// How a [`CachingAllocator`](crate::CachingAllocator) sizes, limits and
-/// prepares its blocks. Start from `CachingConfig::default()` and change what
-/// your deployment needs:
+/// prepares its memory. Start from `CachingConfig::default()` and change
+/// what your deployment needs with the builder methods; read a setting back
+/// from its field.
 ///
 /// ```
 /// use tempalloc::{CachingAllocator, CachingConfig};
@@ -14,117 +25,173 @@ use crate::block::BlockOptions;
 ///     .max_bytes(Some(64 << 20))
 ///     .prefault(true);
 /// let temp = CachingAllocator::with_config(config);
-/// assert_eq!(temp.config().get_max_bytes(), Some(64 << 20));
+/// assert_eq!(temp.config().max_bytes, Some(64 << 20));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CachingConfig {
-    pub(crate) min_block_size: usize,
-    pub(crate) dedicated_threshold: Option<usize>,
-    pub(crate) max_cached_bytes: usize,
-    pub(crate) max_bytes: Option<usize>,
+    /// See [`min_block_size`](Self::min_block_size()).
+    pub min_block_size: usize,
+    /// See [`dedicated_threshold`](Self::dedicated_threshold()).
+    pub dedicated_threshold: Option<usize>,
+    /// See [`idle_budget`](Self::idle_budget()).
+    pub idle_budget: usize,
+    /// See [`max_bytes`](Self::max_bytes()).
+    pub max_bytes: Option<usize>,
+    /// See [`reserve`](Self::reserve()).
+    pub reserve: Option<usize>,
+    /// See [`debug_checks`](Self::debug_checks()).
+    pub debug_checks: bool,
     pub(crate) block: BlockOptions,
-    pub(crate) debug_checks: bool,
 }
 
 impl Default for CachingConfig {
-    /// 64 KiB first blocks, no dedicated blocks, nothing cached idle, no hard
-    /// limit, no prefault, no huge pages; debug checks in debug builds only.
+    /// 64 KiB first commits, no dedicated chunks, nothing kept idle, no hard
+    /// limit, 64 GiB reservations (64 MiB on 32-bit targets), no prefault,
+    /// no huge pages; debug checks in debug builds only.
     fn default() -> Self {
         CachingConfig {
             min_block_size: 64 << 10,
             dedicated_threshold: None,
-            max_cached_bytes: 0,
+            idle_budget: 0,
             max_bytes: None,
-            block: BlockOptions::default(),
+            reserve: Some(DEFAULT_RESERVE),
             debug_checks: cfg!(debug_assertions),
+            block: BlockOptions::default(),
         }
     }
 }
 
 impl CachingConfig {
-    /// The block size policy: the size of a thread's first block. When a
-    /// block fills, the next is twice as large (or as large as the request);
-    /// at the reset that follows, the thread's blocks are replaced by one
-    /// sized to the most it used in a window, rounded up to a size class
-    /// (whole pages, at most 12.5% over). Raise it when the first inference's
-    /// system allocations matter (for example, to the expected peak).
+    /// The least memory a thread's region makes usable at once: its first
+    /// commit (or heap block). Later growth commits 12.5% more than the
+    /// region has (at least 64 KiB) whenever a request does not fit. Raise
+    /// it when the first inference's system calls matter (for example, to
+    /// the expected peak).
     ///
     /// ```
     /// let c = tempalloc::CachingConfig::default().min_block_size(4 << 20);
-    /// assert_eq!(c.get_min_block_size(), 4 << 20);
+    /// assert_eq!(c.min_block_size, 4 << 20);
     /// ```
+    #[must_use]
     pub fn min_block_size(mut self, bytes: usize) -> Self {
         self.min_block_size = bytes;
         self
     }
 
-    /// Requests of at least this many bytes get a block of their own (by size
-    /// class, from the cache) instead of growing the thread's bump block,
-    /// still recycled at reset and counted against the limits. Use it when a
-    /// few rare, very large requests would otherwise make every window hold a
-    /// block that large. `None` (the default) bumps everything.
+    /// Requests of at least this many bytes get memory of their own instead
+    /// of growing the thread's region, given back at the reset (or the rewind)
+    /// that ends them and counted against the limits. The same on every path
+    /// and in every build. Use it when a few rare, very large requests would
+    /// otherwise make every window hold a region that large. `None` (the
+    /// default) bumps everything.
     ///
     /// ```
     /// let c = tempalloc::CachingConfig::default().dedicated_threshold(Some(8 << 20));
-    /// assert_eq!(c.get_dedicated_threshold(), Some(8 << 20));
+    /// assert_eq!(c.dedicated_threshold, Some(8 << 20));
     /// ```
+    #[must_use]
     pub fn dedicated_threshold(mut self, bytes: Option<usize>) -> Self {
         self.dedicated_threshold = bytes;
         self
     }
 
-    /// The budget for idle blocks of the allocator's own [`BlockCache`](crate::BlockCache)
-    /// (ignored by [`CachingAllocator::with_cache`](crate::CachingAllocator::with_cache),
-    /// where the shared cache's budget rules). The allocator keeps the
-    /// blocks its threads use on its own; this budget holds the ones it gave
-    /// back (outgrown blocks, dedicated blocks), for reuse. The default, 0,
-    /// frees those at once: right for one allocator per process.
+    /// The idle budget of the allocator's own [`BlockCache`](crate::BlockCache):
+    /// how much memory given back (by [`release`](crate::CachingAllocator::release),
+    /// dedicated requests, outgrown heap blocks) is kept for reuse instead of
+    /// freed. The default, 0, frees it at once: right for one allocator per
+    /// process. Not used by [`CachingAllocator::with_cache`](crate::CachingAllocator::with_cache),
+    /// where the shared cache's budget rules.
     ///
     /// ```
-    /// let c = tempalloc::CachingConfig::default().max_cached_bytes(32 << 20);
-    /// assert_eq!(c.get_max_cached_bytes(), 32 << 20);
+    /// let c = tempalloc::CachingConfig::default().idle_budget(32 << 20);
+    /// assert_eq!(c.idle_budget, 32 << 20);
     /// ```
-    pub fn max_cached_bytes(mut self, bytes: usize) -> Self {
-        self.max_cached_bytes = bytes;
+    #[must_use]
+    pub fn idle_budget(mut self, bytes: usize) -> Self {
+        self.idle_budget = bytes;
         self
     }
 
-    /// A hard limit on all bytes the allocator's own cache takes from the
-    /// system (ignored by `with_cache`: the shared cache's limit rules). A
-    /// request that would pass it is [`Error::BudgetExceeded`](crate::Error::BudgetExceeded).
-    /// Use it on devices where the OS kills processes over a memory line.
+    /// A hard limit on all memory the allocator's own cache takes from the
+    /// system. A request succeeds whenever what is held plus what it needs
+    /// fits under it; one that would pass it is
+    /// [`Error::BudgetExceeded`](crate::Error::BudgetExceeded), with the
+    /// request, what is held and the limit. Growth never asks for more than
+    /// the limit allows. Use it on devices where the OS kills processes over
+    /// a memory line. Not used by
+    /// [`CachingAllocator::with_cache`](crate::CachingAllocator::with_cache),
+    /// where the shared cache's limit rules.
     ///
     /// ```
     /// let c = tempalloc::CachingConfig::default().max_bytes(Some(10 << 20));
-    /// assert_eq!(c.get_max_bytes(), Some(10 << 20));
+    /// assert_eq!(c.max_bytes, Some(10 << 20));
     /// ```
+    #[must_use]
     pub fn max_bytes(mut self, bytes: Option<usize>) -> Self {
         self.max_bytes = bytes;
         self
     }
 
-    /// Touch every page of a new block when it is taken from the system, so
-    /// the first inference does not page-fault inside a kernel (the cost moves
-    /// to the slow path, which is where latency-sensitive runtimes want it).
+    /// Address space each region reserves (no more than `max_bytes`), so it
+    /// can grow in place by committing pages; reserving costs no memory.
+    /// `None` uses heap blocks instead, which is also what happens where
+    /// nothing can be reserved (Miri, `ulimit -v`, systems other than Unix):
+    /// a region then moves to a block sized to its peak at the reset after
+    /// it outgrows one.
     ///
     /// ```
-    /// assert!(tempalloc::CachingConfig::default().prefault(true).get_prefault());
+    /// let c = tempalloc::CachingConfig::default().reserve(None);
+    /// assert_eq!(c.reserve, None);
     /// ```
+    #[must_use]
+    pub fn reserve(mut self, bytes: Option<usize>) -> Self {
+        self.reserve = bytes;
+        self
+    }
+
+    /// Touch every page when it is committed (or a block taken), so the
+    /// first inference does not page-fault inside a kernel: the cost moves to
+    /// the slow path, which is where latency-sensitive runtimes want it.
+    ///
+    /// ```
+    /// assert!(tempalloc::CachingConfig::default().prefault(true).prefaults());
+    /// ```
+    #[must_use]
     pub fn prefault(mut self, on: bool) -> Self {
         self.block.prefault = on;
         self
     }
 
-    /// Align blocks of 2 MiB and more to 2 MiB and ask Linux for transparent
-    /// huge pages on them (`madvise(MADV_HUGEPAGE)`): fewer TLB misses for
-    /// large tiles. A no-op on other systems.
+    /// Whether pages are touched when committed.
     ///
     /// ```
-    /// assert!(tempalloc::CachingConfig::default().huge_pages(true).get_huge_pages());
+    /// assert!(!tempalloc::CachingConfig::default().prefaults());
     /// ```
+    pub fn prefaults(&self) -> bool {
+        self.block.prefault
+    }
+
+    /// Align reservations (and blocks of 2 MiB and more) to 2 MiB and ask
+    /// Linux for transparent huge pages on them (`madvise(MADV_HUGEPAGE)`):
+    /// fewer TLB misses for large tiles. A no-op on other systems.
+    ///
+    /// ```
+    /// assert!(tempalloc::CachingConfig::default().huge_pages(true).uses_huge_pages());
+    /// ```
+    #[must_use]
     pub fn huge_pages(mut self, on: bool) -> Self {
         self.block.huge_pages = on;
         self
+    }
+
+    /// Whether huge pages are asked for.
+    ///
+    /// ```
+    /// assert!(!tempalloc::CachingConfig::default().uses_huge_pages());
+    /// ```
+    pub fn uses_huge_pages(&self) -> bool {
+        self.block.huge_pages
     }
 
     /// Debug checks: 16 bytes of canary after every allocation, checked at
@@ -141,74 +208,11 @@ impl CachingConfig {
     ///
     /// ```
     /// let c = tempalloc::CachingConfig::default().debug_checks(true);
-    /// assert!(c.get_debug_checks());
+    /// assert!(c.debug_checks);
     /// ```
+    #[must_use]
     pub fn debug_checks(mut self, on: bool) -> Self {
         self.debug_checks = on;
         self
-    }
-
-    /// See [`debug_checks`](Self::debug_checks).
-    ///
-    /// ```
-    /// let c = tempalloc::CachingConfig::default();
-    /// assert_eq!(c.get_debug_checks(), cfg!(debug_assertions));
-    /// ```
-    pub fn get_debug_checks(&self) -> bool {
-        self.debug_checks
-    }
-
-    /// See [`min_block_size`](Self::min_block_size).
-    ///
-    /// ```
-    /// assert_eq!(tempalloc::CachingConfig::default().get_min_block_size(), 64 << 10);
-    /// ```
-    pub fn get_min_block_size(&self) -> usize {
-        self.min_block_size
-    }
-
-    /// See [`dedicated_threshold`](Self::dedicated_threshold).
-    ///
-    /// ```
-    /// assert_eq!(tempalloc::CachingConfig::default().get_dedicated_threshold(), None);
-    /// ```
-    pub fn get_dedicated_threshold(&self) -> Option<usize> {
-        self.dedicated_threshold
-    }
-
-    /// See [`max_cached_bytes`](Self::max_cached_bytes).
-    ///
-    /// ```
-    /// assert_eq!(tempalloc::CachingConfig::default().get_max_cached_bytes(), 0);
-    /// ```
-    pub fn get_max_cached_bytes(&self) -> usize {
-        self.max_cached_bytes
-    }
-
-    /// See [`max_bytes`](Self::max_bytes).
-    ///
-    /// ```
-    /// assert_eq!(tempalloc::CachingConfig::default().get_max_bytes(), None);
-    /// ```
-    pub fn get_max_bytes(&self) -> Option<usize> {
-        self.max_bytes
-    }
-
-    /// See [`prefault`](Self::prefault).
-    ///
-    /// ```
-    /// assert!(!tempalloc::CachingConfig::default().get_prefault());
-    /// ```
-    pub fn get_prefault(&self) -> bool {
-        self.block.prefault
-    }
-
-    /// See [`huge_pages`](Self::huge_pages).
-    ///
-    /// ```
-    /// assert!(!tempalloc::CachingConfig::default().get_huge_pages());
-    /// ```
-    pub fn get_huge_pages(&self) -> bool {
-        self.block.huge_pages
     }
 }

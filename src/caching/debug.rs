@@ -2,17 +2,15 @@
 //! after every allocation, checked at reset, rewind and
 //! [`check`](super::CachingAllocator::check), and poison in recycled memory.
 //!
-//! With the checks on, no thread ever owns a per-thread slot, so the fast
-//! path always misses and every request comes here, under the lock, through
-//! the fallback slot. The fast path itself has no added instruction.
+//! With the checks on, no thread ever claims a region of its own, so the
+//! fast path always misses and every request is carved, under the lock,
+//! from the allocator's one locked region with room for a canary after it.
+//! The fast path itself has no added instruction.
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
-use std::sync::atomic::Ordering::Relaxed;
 
-use super::{CachingAllocator, FALLBACK, Shared};
 use crate::Error;
-use crate::temp::dangling;
 
 /// Bytes of canary written right after each allocation.
 pub(crate) const CANARY_LEN: usize = 16;
@@ -90,10 +88,7 @@ impl DebugState {
     pub(super) fn reserve(&mut self, layout: Layout) -> Result<(), Error> {
         self.canaries
             .try_reserve(1)
-            .map_err(|_| Error::OutOfMemory {
-                size: layout.size(),
-                align: layout.align(),
-            })
+            .map_err(|_| Error::out_of_memory(layout))
     }
 
     /// Writes the canary after the `size` bytes at `ptr` (carved with
@@ -149,64 +144,4 @@ impl DebugState {
         }
         new
     }
-}
-
-impl CachingAllocator {
-    /// Every request when the debug checks are on: carved with a canary
-    /// after it from the locked fallback slot (or a dedicated block), and
-    /// recorded. No thread ever owns a per-thread slot then, so the fast path
-    /// always misses and has no check of its own.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn allocate_checked(
-        &self,
-        shared: &mut Shared,
-        layout: Layout,
-    ) -> Result<NonNull<[u8]>, Error> {
-        if layout.size() == 0 {
-            // Nothing to overflow into: a dangling pointer, counted.
-            shared.totals.allocations += 1;
-            return Ok(dangling(layout));
-        }
-        let padded = DebugState::padded(layout)?;
-        shared.debug.reserve(layout)?;
-        let ptr = if self.is_dedicated(layout) {
-            self.allocate_dedicated(shared, layout, CANARY_LEN)?.cast()
-        } else {
-            shared.owned |= 1 << FALLBACK;
-            let slot = &self.slots[FALLBACK];
-            let ptr = match slot.bump(padded) {
-                Some(ptr) => ptr,
-                None => {
-                    self.grow(shared, FALLBACK, padded).map_err(|e| match e {
-                        // The canary is ours, not the caller's request.
-                        Error::BudgetExceeded { held, limit, .. } => Error::BudgetExceeded {
-                            requested: layout.size(),
-                            held,
-                            limit,
-                        },
-                        e => e,
-                    })?;
-                    slot.bump(padded).ok_or(Error::OutOfMemory {
-                        size: layout.size(),
-                        align: layout.align(),
-                    })?
-                }
-            };
-            // The slot counted the canary as requested; the caller did not.
-            let requested = slot.requested.load(Relaxed) - CANARY_LEN;
-            slot.requested.store(requested, Relaxed);
-            ptr
-        };
-        shared.debug.record(ptr, layout.size());
-        Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
-    }
-}
-
-/// Checks and poisons the allocations from the `from`th on (all at a reset,
-/// those after the checkpoint at a rewind), counting violations.
-#[cold]
-#[inline(never)]
-pub(super) fn recycle(shared: &mut Shared, from: usize) {
-    shared.totals.canary_violations += shared.debug.recycle(from);
 }

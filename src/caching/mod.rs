@@ -1,45 +1,52 @@
-//! [`CachingAllocator`]: the product. Per-thread bump regions over recycled
-//! blocks; reset and rewind in a few instructions; one shared budget.
+//! [`CachingAllocator`]: the product. A region per thread that grows in
+//! place; reset and rewind in a few stores per thread; one shared budget.
+//!
+//! The files, one concern each: `region.rs` (one thread's bump range and its
+//! chunks), `threads.rs` (which region a thread uses), `checkpoint.rs`
+//! (checkpoints and rewinds), `debug.rs` (canaries and poison), `config.rs`.
 
 mod checkpoint;
 mod config;
 mod debug;
-mod slot;
+mod region;
+mod threads;
 
 use core::alloc::Layout;
 use core::fmt;
-use core::ptr::NonNull;
+use core::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use checkpoint::Checkpoint;
 pub use config::CachingConfig;
 
-use crate::block::{Block, PAGE};
-use crate::block_cache::{Acquired, BlockCache};
+use crate::block::PAGE;
+use crate::block_cache::{BlockCache, ChunkOptions, Taken};
+use crate::chunk::Chunk;
 use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
-use checkpoint::Mark;
-use debug::DebugState;
-use slot::{NO_OWNER, SLOTS, Slot, raw_thread_id, thread_id};
-
-/// The slot threads share, under the lock, when every per-thread slot is taken.
-const FALLBACK: usize = SLOTS;
+use checkpoint::Open;
+use debug::{CANARY_LEN, DebugState};
+use region::{Folded, Region, growth};
+use threads::{Claimed, Regions};
 
 /// Ids that tell allocators apart, so a checkpoint cannot be used on another.
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(0);
 
 /// The caching temp allocator: what a runtime should use.
 ///
-/// Each thread bump-allocates in a block of its own (a *slot*; the first
-/// request of a thread claims one), so a request is a handful of
-/// instructions with no lock and no atomic read-modify-write, and threads
-/// never contend. Blocks come from a [`BlockCache`] (or the system, on a
-/// miss). [`reset`](TempAllocator::reset) rewinds every slot to the start of
-/// its block; a thread whose block overflowed during the window gets, at the
-/// next request, one block sized to the most it used, so after warm-up an
-/// inference makes **zero** system allocations and the allocator holds one
-/// block per thread, within 12.5% (plus a page) of that thread's peak.
+/// Every thread that allocates gets a *region* of its own (there is no cap
+/// on the thread count), so a request is a handful of instructions with no
+/// lock and no atomic read-modify-write, and threads never contend. A region
+/// reserves a large range of address space and commits pages as its cursor
+/// first passes them, so it grows in place: no chain of blocks, no copy, and
+/// after warm-up no system call. [`reset`](TempAllocator::reset) rewinds every
+/// region to its start, so after warm-up an inference makes **zero** system
+/// allocations, and what the allocator holds — what the system keeps resident
+/// for it — stays within 12.5% (plus 64 KiB) of the most each thread used in
+/// one window, from the first inference on. Where address space cannot be
+/// reserved (Miri, `ulimit -v`, systems other than Unix), regions use heap
+/// blocks sized to their peak instead.
 ///
 /// [`checkpoint`](CachingAllocator::checkpoint) and
 /// [`rewind`](CachingAllocator::rewind) recycle one kernel's scratch while
@@ -55,13 +62,18 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(0);
 ///     tile[0] = 1.0;
 ///     temp.reset();
 /// }
-/// // The first request took one block; the later inferences reused it.
+/// // The first request took memory once; the later inferences reused it.
 /// assert_eq!(temp.stats().system_allocations, 1);
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
 pub struct CachingAllocator {
-    /// `SLOTS` per-thread slots and the locked fallback slot.
-    slots: Box<[Slot; SLOTS + 1]>,
+    /// Each thread's region; the fast path's only lookup.
+    regions: Regions,
+    /// Requests of at least this many bytes get a chunk of their own
+    /// (`usize::MAX`: none do).
+    dedicated_from: usize,
+    /// The region the debug checks carve every request from, under the lock.
+    locked: Region,
     shared: Mutex<Shared>,
     cache: Arc<BlockCache>,
     config: CachingConfig,
@@ -70,36 +82,60 @@ pub struct CachingAllocator {
 
 /// Everything the slow path changes, under the lock.
 #[derive(Default)]
-struct Shared {
-    slots: [SlotBlocks; SLOTS + 1],
-    /// Bit `i` is set while slot `i` has an owner (the fallback's bit while
-    /// it has been used since the last reset).
-    owned: u32,
-    /// Blocks of requests above the dedicated threshold, with their sizes.
-    dedicated: Vec<(Block, usize)>,
+pub(super) struct Shared {
+    /// Proof of holding the lock, for [`Region::cold`].
+    token: Locked,
+    /// Every region made so far.
+    claimed: Claimed,
+    totals: Totals,
+    /// Chunks of regions that went idle, or that a rewind took back, for the
+    /// next region that needs one.
+    spare: Vec<Chunk>,
+    /// Chunks a reset or rewind takes off the regions, on their way to the
+    /// cache or the spares: kept between calls so that they do not allocate.
+    loose: Vec<Chunk>,
+    /// Chunks of requests above the dedicated threshold, with their sizes.
+    dedicated: Vec<(Chunk, usize)>,
     /// Bytes requested in `dedicated`.
     dedicated_live: usize,
-    /// Counters folded in at reset, and the slow path's own.
-    totals: Stats,
+    /// Checkpoints not yet rewound, outermost first.
+    open: Vec<Open>,
+    next_serial: u64,
     /// Canaries of the allocations since the last reset (debug checks only).
     debug: DebugState,
+    /// The most bytes live at once in this window so far.
+    window_high: usize,
 }
 
-/// The blocks behind one slot.
+/// The allocator's lock is held by whoever can borrow this mutably.
 #[derive(Default)]
-struct SlotBlocks {
-    /// Blocks taken since the last reset; the last is the slot's current one.
-    chain: Vec<Block>,
-    /// Bytes used (padding included) in the chain's earlier blocks.
-    retired_used: usize,
-    /// The slot's `requested` counter when the window began, moved forward
-    /// by what rewinds gave back: `requested - window_start` is live.
-    window_start: usize,
-    /// The most bytes the slot used in one window: the size its block grows to.
-    peak: usize,
-    /// The slot needs a new block at the next reset: it moved past its
-    /// first block this window, or a rewind left it in one below its peak.
-    outgrown: bool,
+pub(super) struct Locked(());
+
+/// Counters of what is done, folded in at resets and rewinds (the regions
+/// count their own requests in between).
+#[derive(Debug, Default)]
+struct Totals {
+    allocations: u64,
+    bytes_requested: u64,
+    resets: u64,
+    system_allocations: u64,
+    system_frees: u64,
+    bytes_held: usize,
+    high_water: usize,
+    /// The most bytes live at once in the window the last reset ended.
+    last_window_high: usize,
+    cache_hits: u64,
+    cache_misses: u64,
+    canary_violations: u64,
+}
+
+impl Totals {
+    /// Adds what a region folded; returns the bytes it had live.
+    fn fold(&mut self, folded: Folded) -> usize {
+        self.allocations += folded.allocations;
+        self.bytes_requested += folded.bytes_requested;
+        folded.live
+    }
 }
 
 impl Default for CachingAllocator {
@@ -121,7 +157,8 @@ impl CachingAllocator {
     }
 
     /// An allocator with `config` and a cache of its own, limited by the
-    /// config's `max_cached_bytes` and `max_bytes`.
+    /// config's [`idle_budget`](CachingConfig::idle_budget) and
+    /// [`max_bytes`](CachingConfig::max_bytes).
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, CachingConfig, Error, KernelContext};
@@ -131,35 +168,46 @@ impl CachingAllocator {
     /// assert!(matches!(ctx.scratch::<u8>(4 << 20), Err(Error::BudgetExceeded { .. })));
     /// ```
     pub fn with_config(config: CachingConfig) -> Self {
-        let cache = BlockCache::with_limits(config.max_cached_bytes, config.max_bytes);
+        let cache = BlockCache::with_limits(config.idle_budget, config.max_bytes);
         Self::with_cache(Arc::new(cache), config)
     }
 
-    /// An allocator that takes and gives back its blocks through `cache`,
+    /// An allocator that takes and gives back its memory through `cache`,
     /// shared with other allocators (one per session or model) under the
-    /// cache's budget. The config's `max_cached_bytes` and `max_bytes` are
-    /// not used: the cache's limits rule.
+    /// cache's limits.
+    ///
+    /// The limits are the cache's: the config's
+    /// [`idle_budget`](CachingConfig::idle_budget) and
+    /// [`max_bytes`](CachingConfig::max_bytes) are **not used** here (make
+    /// the cache with [`BlockCache::with_limits`] instead). Every other
+    /// setting of `config` applies.
     ///
     /// ```
     /// use std::sync::Arc;
     /// use tempalloc::{BlockCache, CachingAllocator, CachingConfig};
     ///
-    /// let cache = Arc::new(BlockCache::new(32 << 20));
+    /// let cache = Arc::new(BlockCache::with_limits(0, Some(32 << 20)));
     /// let a = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
     /// let b = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
     /// assert!(Arc::ptr_eq(a.cache(), b.cache()));
     /// ```
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
+        let id = NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed);
         CachingAllocator {
-            slots: Box::new(core::array::from_fn(|_| Slot::new())),
+            regions: Regions::new(id),
+            dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
+            // Like every allocation a constructor makes (the lock, the
+            // cache's `Arc`), a failure here is the global allocator's error.
+            locked: Region::try_new()
+                .unwrap_or_else(|| std::alloc::handle_alloc_error(Layout::new::<region::Cold>())),
             shared: Mutex::new(Shared::default()),
             cache,
             config,
-            id: NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed),
+            id,
         }
     }
 
-    /// The block cache behind this allocator.
+    /// The cache behind this allocator.
     ///
     /// ```
     /// let temp = tempalloc::CachingAllocator::new();
@@ -173,15 +221,15 @@ impl CachingAllocator {
     ///
     /// ```
     /// let temp = tempalloc::CachingAllocator::new();
-    /// assert_eq!(temp.config().get_min_block_size(), 64 << 10);
+    /// assert_eq!(temp.config().min_block_size, 64 << 10);
     /// ```
     pub fn config(&self) -> &CachingConfig {
         &self.config
     }
 
-    /// Resets, then gives every block back to the cache, which keeps them
-    /// idle within its budget (or frees them). For memory pressure; the next
-    /// request takes a block again, sized to what the thread needed before.
+    /// Resets, then gives all memory back to the cache, which keeps it idle
+    /// within its budget or frees it (unmapping it: resident memory falls).
+    /// For memory pressure; the next request takes memory again.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
@@ -194,20 +242,53 @@ impl CachingAllocator {
     /// ```
     pub fn release(&mut self) {
         self.reset();
+        self.each_region(|region, locked, _, loose| {
+            region.release(locked, loose);
+            Folded::default()
+        });
         let shared = self
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        for (slot, blocks) in self.slots.iter_mut().zip(&mut shared.slots) {
-            // The block was large enough: the next one should be too.
-            blocks.peak = blocks.peak.max(*slot.capacity.get_mut());
-            *slot.owner.get_mut() = NO_OWNER;
-            slot.clear();
-            for block in blocks.chain.drain(..) {
-                give_back(&self.cache, &mut shared.totals, block);
-            }
-        }
-        shared.owned = 0;
+        shared.loose.append(&mut shared.spare);
+        shared.give_back_loose(&self.cache);
+    }
+
+    /// Gives back to the system the pages no scratch uses now, while every
+    /// region keeps its address range: resident memory falls to what is live
+    /// (nothing, right after a reset), and the next window commits pages
+    /// again as it needs them. Idle spare memory goes back to the cache. For
+    /// a memory warning between inferences, when the next inference should
+    /// still be cheap to start.
+    ///
+    /// ```
+    /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
+    ///
+    /// let mut temp = CachingAllocator::new();
+    /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?;
+    /// temp.reset();
+    /// temp.trim();
+    /// assert!(temp.stats().bytes_held < 4 << 20);
+    /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?; // still served
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    pub fn trim(&mut self) {
+        let cache = Arc::clone(&self.cache);
+        let (mut bytes, mut calls) = (0, 0);
+        self.each_region(|region, locked, _, _| {
+            let freed = region.trim(locked, &cache);
+            bytes += freed;
+            calls += u64::from(freed != 0);
+            Folded::default()
+        });
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        shared.totals.bytes_held -= bytes;
+        shared.totals.system_frees += calls;
+        shared.loose.append(&mut shared.spare);
+        shared.give_back_loose(&self.cache);
     }
 
     /// Checks the canary after every allocation since the last reset, when
@@ -245,101 +326,140 @@ impl CachingAllocator {
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// How new memory is taken: reservations of the configured size (no
+    /// larger than the hard limit), or heap blocks.
+    fn chunk_options(&self, at_least: usize) -> ChunkOptions {
+        let reserve = self.config.reserve.map(|bytes| {
+            let bytes = match self.cache.max_bytes() {
+                Some(limit) => bytes.min(limit),
+                None => bytes,
+            };
+            bytes.max(at_least)
+        });
+        ChunkOptions {
+            block: self.config.block,
+            reserve,
+        }
+    }
+
     /// Everything the fast path cannot serve: a thread's first request, a
-    /// full block, a dedicated block, or all slots taken.
+    /// request that does not fit, a dedicated request, every request with
+    /// the debug checks on.
     #[cold]
     #[inline(never)]
     fn allocate_slow(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        if let Some(region) = self.regions.get() {
+            // SAFETY: `Regions::get` returned the calling thread's own region.
+            if unsafe { region.unpark() } && layout.size() < self.dedicated_from {
+                // SAFETY: as above.
+                if let Some(ptr) = unsafe { region.bump(layout) } {
+                    return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
+                }
+            }
+        }
         let mut shared = self.lock();
         if self.config.debug_checks {
             return self.allocate_checked(&mut shared, layout);
         }
-        if self.is_dedicated(layout) {
+        if layout.size() >= self.dedicated_from {
             return self.allocate_dedicated(&mut shared, layout, 0);
         }
-        let index = self.claim_slot(&mut shared);
-        let slot = &self.slots[index];
-        let ptr = match slot.bump(layout) {
-            Some(ptr) => ptr,
-            None if layout.size() == 0 => {
-                // Nothing to carve: no block for it, but it is counted.
-                shared.totals.allocations += 1;
-                return Ok(dangling(layout));
-            }
-            None => {
-                self.grow(&mut shared, index, layout)?;
-                // A fresh block of at least `size + align - PAGE` bytes.
-                slot.bump(layout).ok_or(Error::OutOfMemory {
-                    size: layout.size(),
-                    align: layout.align(),
-                })?
-            }
+        let Some(region) = self.regions.claim(&mut shared.claimed) else {
+            return Err(Error::out_of_memory(layout));
         };
-        Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
+        // SAFETY: `claim` returned the calling thread's own region. A thread
+        // that had no id before `claim` may have been given an exited
+        // thread's region, parked: it must be taken back before it grows,
+        // or another thread could take it over while this one bumps in it.
+        unsafe {
+            region.unpark();
+            self.bump_or_grow(&mut shared, region, layout)
+        }
     }
 
-    /// The slot the calling thread bumps in: the one it owns, else a free
-    /// one (its home slot first), else the locked fallback.
-    fn claim_slot(&self, shared: &mut Shared) -> usize {
-        let tid = thread_id();
-        let probe = || (0..SLOTS).map(move |k| (tid + k) % SLOTS);
-        if let Some(i) = probe().find(|&i| self.slots[i].owner.load(Relaxed) == tid) {
-            return i;
+    /// Carves `layout` from `region`, growing it first if it is full.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Region::bump`]: `region` is the calling thread's own, or the
+    /// locked region (the caller holds the lock: it passes `shared`).
+    unsafe fn bump_or_grow(
+        &self,
+        shared: &mut Shared,
+        region: &Region,
+        layout: Layout,
+    ) -> Result<NonNull<[u8]>, Error> {
+        // SAFETY: the caller's contract.
+        if let Some(ptr) = unsafe { region.bump(layout) } {
+            return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
         }
-        // Claims happen only under the lock and releases only under `&mut`,
-        // so a plain store cannot race with another claim.
-        let free = probe().find(|&i| self.slots[i].owner.load(Relaxed) == NO_OWNER);
-        let index = free.unwrap_or(FALLBACK);
-        if index != FALLBACK {
-            self.slots[index].owner.store(tid, Relaxed);
+        if layout.size() == 0 {
+            // Nothing to carve (a region without a chunk): counted, served.
+            shared.totals.allocations += 1;
+            return Ok(dangling(layout));
         }
-        shared.owned |= 1 << index;
-        index
+        self.grow(shared, region, layout)?;
+        // SAFETY: the caller's contract.
+        match unsafe { region.bump(layout) } {
+            Some(ptr) => Ok(NonNull::slice_from_raw_parts(ptr, layout.size())),
+            None => Err(Error::out_of_memory(layout)),
+        }
     }
 
-    /// Moves slot `index` to a new block large enough for `layout`. The old
-    /// block stays in the slot's chain (its memory is still lent out) until
-    /// the reset.
-    fn grow(&self, shared: &mut Shared, index: usize, layout: Layout) -> Result<(), Error> {
-        let slot = &self.slots[index];
-        // Blocks are page-aligned; a larger alignment may need the difference.
-        let needed = layout.size() + layout.align().saturating_sub(PAGE);
-        let capacity = slot.capacity.load(Relaxed);
-        let blocks = &mut shared.slots[index];
-        let want = needed
-            .max(self.config.min_block_size)
-            .max(blocks.peak)
-            .max(capacity.saturating_mul(2));
-        blocks
-            .chain
-            .try_reserve(1)
-            .map_err(|_| Error::OutOfMemory {
-                size: layout.size(),
-                align: layout.align(),
-            })?;
-        let block = take(
-            &self.cache,
-            self.config,
-            &mut shared.totals,
-            want,
-            layout.size(),
-        )?;
-        let blocks = &mut shared.slots[index];
-        blocks.retired_used += slot.cursor.load(Relaxed);
-        blocks.outgrown |= !blocks.chain.is_empty();
-        slot.install(block.ptr(), block.size(), 0);
-        blocks.chain.push(block);
+    /// Makes room for `layout` in `region`: commits more of its reservation,
+    /// or moves it to a new chunk (a spare one, or one from the cache).
+    fn grow(&self, shared: &mut Shared, region: &Region, layout: Layout) -> Result<(), Error> {
+        let cursor = region.cursor();
+        let min = self.config.min_block_size;
+        let Shared {
+            token,
+            claimed,
+            totals,
+            spare,
+            ..
+        } = shared;
+        let cold = region.cold(token);
+        let peak = cold.peak();
+        if let Some(Chunk::Mapped(m)) = cold.chunk() {
+            let pad =
+                m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
+            // No overflow: `cursor + pad <= isize::MAX + align` and `Layout`
+            // keeps `size + align` within `isize::MAX`.
+            let end = cursor + pad + layout.size();
+            if end <= m.reserved() {
+                let before = m.committed();
+                let want = growth(before, end, min.max(peak));
+                self.cache
+                    .grow(m, end, want, self.chunk_options(0), layout)?;
+                totals.system_allocations += 1;
+                totals.bytes_held += m.committed() - before;
+                region.set_limit(m.committed());
+                return Ok(());
+            }
+        }
+        // A new chunk, page-aligned: `align - PAGE` bytes may go to padding.
+        let need = layout.size() + layout.align().saturating_sub(PAGE);
+        let (want, reserve) = match cold.chunk() {
+            None => (growth(0, need, min.max(peak)), 0),
+            // Outgrown: at least double, so a window chains few chunks.
+            Some(c) => (growth(c.usable(), need, 2 * c.usable()), 2 * c.capacity()),
+        };
+        let options = self.chunk_options(reserve.max(need));
+        if spare.is_empty() {
+            // A region parked at the last reset, whose owner has not asked
+            // for it back: an exited thread's, or an idle one's.
+            let parked = self
+                .regions
+                .iter(claimed)
+                .filter(|r| !core::ptr::eq(*r, region));
+            spare.extend(parked.filter_map(|r| r.steal(token)).take(1));
+        }
+        let chunk = take_chunk(&self.cache, totals, spare, need, want, options, layout)?;
+        region.switch_to(region.cold(token), chunk);
         Ok(())
     }
 
-    /// Whether `layout` gets a dedicated block.
-    fn is_dedicated(&self, layout: Layout) -> bool {
-        self.config
-            .dedicated_threshold
-            .is_some_and(|t| layout.size() >= t)
-    }
-
-    /// A block of its own for a request at or above the dedicated threshold,
+    /// A chunk of its own for a request at or above the dedicated threshold,
     /// with `extra` bytes of room after it (for a canary).
     fn allocate_dedicated(
         &self,
@@ -350,318 +470,320 @@ impl CachingAllocator {
         shared
             .dedicated
             .try_reserve(1)
-            .map_err(|_| Error::OutOfMemory {
-                size: layout.size(),
-                align: layout.align(),
-            })?;
+            .map_err(|_| Error::out_of_memory(layout))?;
         // No overflow: `extra` is 0 or a canary the layout was checked to hold.
-        let needed = layout.size() + extra + layout.align().saturating_sub(PAGE);
-        let block = take(
-            &self.cache,
-            self.config,
-            &mut shared.totals,
-            needed,
-            layout.size(),
-        )?;
-        let pad = block.ptr().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
-        // SAFETY: `pad < align`, and the block holds `size + extra + align -
-        // PAGE` bytes with a page-aligned start, so `pad + size + extra` fits.
-        let ptr = unsafe { block.ptr().add(pad) };
-        shared.dedicated.push((block, layout.size()));
+        let need = layout.size() + extra + layout.align().saturating_sub(PAGE);
+        // Exactly what it needs, so that giving it back frees it all.
+        let options = ChunkOptions {
+            reserve: self.config.reserve.map(|_| need),
+            ..self.chunk_options(need)
+        };
+        let taken = self.cache.take(need, need, options, layout)?;
+        let chunk = shared.totals.count(taken);
+        let pad = chunk.base().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
+        // SAFETY: `pad < align`, and the chunk holds `size + extra + align -
+        // PAGE` usable bytes from a page-aligned start, so `pad + size +
+        // extra` fits.
+        let ptr = unsafe { chunk.base().add(pad) };
+        shared.dedicated.push((chunk, layout.size()));
         shared.dedicated_live += layout.size();
         shared.totals.allocations += 1;
         shared.totals.bytes_requested += layout.size() as u64;
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// Takes a checkpoint: a later [`rewind`](Self::rewind) to it recycles
-    /// everything allocated after it, in O(threads), while what was allocated
-    /// before stays allocated and unchanged.
-    ///
-    /// A runtime takes one before each kernel and rewinds after it, so the
-    /// kernel's scratch serves the next kernel while scratch that lives for
-    /// the whole inference stays put. Take it while no other thread is
-    /// allocating from this allocator, so that "before" is well defined.
-    ///
-    /// ```
-    /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// let kv = KernelContext::new(&temp).scratch::<u8>(1000)?.as_mut_ptr();
-    /// let cp = temp.checkpoint();
-    /// let a = KernelContext::new(&temp).scratch::<u8>(500)?.as_mut_ptr();
-    /// temp.rewind(cp)?;
-    /// let b = KernelContext::new(&temp).scratch::<u8>(500)?.as_mut_ptr();
-    /// assert_eq!(a, b); // the kernel's scratch was recycled...
-    /// assert_ne!(kv, b); // ...the inference's was not
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// Scratch allocated after a checkpoint cannot be used after the rewind:
-    ///
-    /// ```compile_fail,E0502
-    /// use tempalloc::{CachingAllocator, KernelContext};
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// let cp = temp.checkpoint();
-    /// let ctx = KernelContext::new(&temp);
-    /// let tile = ctx.scratch::<f32>(16).unwrap();
-    /// temp.rewind(cp).unwrap(); // error: `temp` is still borrowed by `tile`
-    /// tile[0] = 1.0;
-    /// ```
-    pub fn checkpoint(&self) -> Checkpoint {
-        let shared = self.lock();
-        Checkpoint {
-            allocator: self.id,
-            resets: shared.totals.resets,
-            marks: core::array::from_fn(|i| {
-                let (slot, blocks) = (&self.slots[i], &shared.slots[i]);
-                Mark {
-                    blocks: blocks.chain.len(),
-                    cursor: slot.cursor.load(Relaxed),
-                    requested: slot.requested.load(Relaxed),
-                    window_start: blocks.window_start,
-                    retired_used: blocks.retired_used,
-                }
-            }),
-            dedicated: shared.dedicated.len(),
-            canaries: shared.debug.len(),
+    /// Every request when the debug checks are on: carved with a canary
+    /// after it from the locked region (or a dedicated chunk), and recorded.
+    #[cold]
+    #[inline(never)]
+    fn allocate_checked(
+        &self,
+        shared: &mut Shared,
+        layout: Layout,
+    ) -> Result<NonNull<[u8]>, Error> {
+        if layout.size() == 0 {
+            // Nothing to overflow into: a dangling pointer, counted.
+            shared.totals.allocations += 1;
+            return Ok(dangling(layout));
         }
+        let padded = DebugState::padded(layout)?;
+        shared.debug.reserve(layout)?;
+        let ptr = if layout.size() >= self.dedicated_from {
+            self.allocate_dedicated(shared, layout, CANARY_LEN)?.cast()
+        } else {
+            // SAFETY: the locked region, and the caller holds the lock.
+            let carved = unsafe { self.bump_or_grow(shared, &self.locked, padded) };
+            let ptr = carved.map_err(|e| e.for_request(layout))?.cast();
+            // The region counted the canary as requested; the caller did not.
+            self.locked.uncount(CANARY_LEN);
+            ptr
+        };
+        shared.debug.record(ptr, layout.size());
+        Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// Recycles everything allocated since `checkpoint` was taken. Needs
-    /// `&mut self`: no scratch from after the checkpoint can still be in use
-    /// and no other thread can be allocating. Checkpoints nest: rewind the
-    /// inner one first.
+    /// Runs `f` on every region (the locked one last, when the debug checks
+    /// use it) with the lock's token and the list of loose chunks, and folds
+    /// what it returns into the totals. `keep` tells `f` whether a region
+    /// stays ready for its thread's next request (the calling thread's, and
+    /// the locked one) or is parked, so that its memory serves whichever
+    /// thread needs some next (see `Region::reset`).
     ///
-    /// ```
-    /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// let outer = temp.checkpoint();
-    /// KernelContext::new(&temp).scratch::<u8>(100)?;
-    /// let inner = temp.checkpoint();
-    /// KernelContext::new(&temp).scratch::<u8>(200)?;
-    /// temp.rewind(inner)?;
-    /// temp.rewind(outer)?;
-    /// assert_eq!(temp.stats().high_water, 300);
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::StaleCheckpoint`] when a reset came after the checkpoint, it
-    /// belongs to another allocator, or an earlier rewind already released
-    /// what it refers to. Nothing changes then.
-    pub fn rewind(&mut self, checkpoint: Checkpoint) -> Result<(), Error> {
+    /// Returns the bytes that were live in the regions and dedicated chunks
+    /// just before, and notes them in the window's high-water mark: live
+    /// bytes peak right before a reset or rewind (between them they only
+    /// grow).
+    fn each_region(
+        &mut self,
+        mut f: impl FnMut(&Region, &mut Locked, bool, &mut Vec<Chunk>) -> Folded,
+    ) -> usize {
+        let CachingAllocator {
+            regions,
+            locked,
+            shared,
+            config,
+            ..
+        } = self;
+        let Shared {
+            token,
+            claimed,
+            totals,
+            loose,
+            dedicated_live,
+            window_high,
+            ..
+        } = shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let mine = regions.get().map(|r| r as *const Region);
+        let mut live = *dedicated_live;
+        for region in regions.iter(claimed) {
+            let keep = mine == Some(region as *const Region);
+            live += totals.fold(f(region, token, keep, loose));
+        }
+        if config.debug_checks {
+            // Only the debug checks carve from the locked region.
+            live += totals.fold(f(locked, token, true, loose));
+        }
+        *window_high = (*window_high).max(live);
+        live
+    }
+
+    /// `reset` with several regions, dedicated chunks or debug checks.
+    #[cold]
+    #[inline(never)]
+    fn reset_all(&mut self) {
         let shared = self
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        let now = shared.totals.resets;
-        let stale = Error::StaleCheckpoint {
-            taken_at: checkpoint.resets,
-            now,
-        };
-        let fits = |(mark, blocks): (&Mark, &SlotBlocks)| match mark.blocks.checked_sub(1) {
-            None => mark.cursor == 0,
-            Some(last) => blocks
-                .chain
-                .get(last)
-                .is_some_and(|b| mark.cursor <= b.size()),
-        };
-        if checkpoint.allocator != self.id
-            || checkpoint.resets != now
-            || checkpoint.dedicated > shared.dedicated.len()
-            || checkpoint.canaries > shared.debug.len()
-            || !checkpoint.marks.iter().zip(&shared.slots).all(fits)
-        {
-            return Err(stale);
-        }
         if self.config.debug_checks {
-            // Before any block goes back: the memory is still ours to poison.
-            debug::recycle(shared, checkpoint.canaries);
+            // Before any chunk goes back: the memory is still ours to poison.
+            shared.recycle_canaries(0);
         }
-        let live = window_live(&self.slots[..], shared);
-        shared.totals.high_water = shared.totals.high_water.max(live);
-        for ((slot, blocks), mark) in self
-            .slots
-            .iter_mut()
-            .zip(&mut shared.slots)
-            .zip(&checkpoint.marks)
-        {
-            let requested = *slot.requested.get_mut();
-            blocks.peak = blocks
-                .peak
-                .max(blocks.retired_used + *slot.cursor.get_mut());
-            blocks.retired_used = mark.retired_used;
-            // Live bytes go back to what they were at the checkpoint.
-            blocks.window_start = requested - (mark.requested - mark.window_start);
-            for block in blocks.chain.drain(mark.blocks..) {
-                give_back(&self.cache, &mut shared.totals, block);
-            }
-            match blocks.chain.last() {
-                Some(block) => slot.install(block.ptr(), block.size(), mark.cursor),
-                None => slot.clear(),
-            }
-            blocks.outgrown = blocks.chain.len() > 1 || *slot.capacity.get_mut() < blocks.peak;
+        self.each_region(|region, locked, keep, loose| region.reset(locked, keep, loose));
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        while !shared.dedicated.is_empty() {
+            shared.free_last_dedicated(&self.cache);
         }
-        for (block, size) in shared.dedicated.drain(checkpoint.dedicated..) {
-            shared.dedicated_live -= size;
-            give_back(&self.cache, &mut shared.totals, block);
-        }
-        Ok(())
+    }
+
+    /// Every region, the locked one included.
+    fn all_regions<'a>(&'a self, claimed: &'a Claimed) -> impl Iterator<Item = &'a Region> {
+        self.regions.iter(claimed).chain([&self.locked])
     }
 }
 
-/// Takes a block of at least `bytes` from `cache`, counting it.
-fn take(
+/// A chunk that serves `need` bytes, about `want` usable: a spare one if one
+/// is large enough or can grow, else one from the cache.
+fn take_chunk(
     cache: &BlockCache,
-    config: CachingConfig,
-    totals: &mut Stats,
-    bytes: usize,
-    request: usize,
-) -> Result<Block, Error> {
-    let Acquired { block, hit } = cache.acquire(bytes, config.block).map_err(|e| match e {
-        // The cache sees a block's size; the caller asked for `request`.
-        Error::BudgetExceeded { held, limit, .. } => Error::BudgetExceeded {
-            requested: request,
-            held,
-            limit,
-        },
-        e => e,
-    })?;
-    if hit {
-        totals.cache_hits += 1;
-    } else {
-        totals.cache_misses += 1;
-        totals.system_allocations += 1;
+    totals: &mut Totals,
+    spare: &mut Vec<Chunk>,
+    need: usize,
+    want: usize,
+    options: ChunkOptions,
+    request: Layout,
+) -> Result<Chunk, Error> {
+    let fits = |c: &Chunk| match c {
+        Chunk::Mapped(m) => options.reserve.is_some() && m.reserved() >= need,
+        Chunk::Heap(b) => b.size() >= need,
+    };
+    // The largest that fits: spares are few, and a larger one grows less.
+    if let Some(i) = (0..spare.len())
+        .filter(|&i| fits(&spare[i]))
+        .max_by_key(|&i| spare[i].usable())
+    {
+        let mut chunk = spare.swap_remove(i);
+        if let Chunk::Mapped(m) = &mut chunk {
+            let before = m.committed();
+            if before < need {
+                if let Err(e) = cache.grow(m, need, want, options, request) {
+                    spare.push(chunk);
+                    return Err(e);
+                }
+                totals.system_allocations += 1;
+                totals.bytes_held += m.committed() - before;
+            }
+        }
+        return Ok(chunk);
     }
-    totals.bytes_held += block.size();
-    Ok(block)
-}
-
-/// Gives `block` back to `cache`, counting the system frees that caused.
-fn give_back(cache: &BlockCache, totals: &mut Stats, block: Block) {
-    totals.bytes_held -= block.size();
-    totals.system_frees += cache.release(block);
-}
-
-/// Bytes requested and not rewound since the last reset.
-fn window_live(slots: &[Slot], shared: &Shared) -> usize {
-    let slots = slots.iter().zip(&shared.slots);
-    let bumped: usize = slots
-        .map(|(slot, blocks)| slot.requested.load(Relaxed) - blocks.window_start)
-        .sum();
-    bumped + shared.dedicated_live
-}
-
-/// Reset of a slot that outgrew its block this window: every block goes
-/// back, and the next request takes one sized to the slot's peak.
-#[cold]
-#[inline(never)]
-fn reset_outgrown(
-    cache: &BlockCache,
-    totals: &mut Stats,
-    slot: &mut Slot,
-    blocks: &mut SlotBlocks,
-) {
-    let used = core::mem::take(&mut blocks.retired_used) + *slot.cursor.get_mut();
-    blocks.peak = blocks.peak.max(used);
-    blocks.outgrown = false;
-    for block in blocks.chain.drain(..) {
-        give_back(cache, totals, block);
+    match cache.take(need, want, options, request) {
+        Ok(taken) => Ok(totals.count(taken)),
+        // Spares count against the limit too: give them up and try again.
+        Err(Error::BudgetExceeded { .. }) if !spare.is_empty() => {
+            for chunk in spare.drain(..) {
+                totals.bytes_held -= chunk.usable();
+                totals.system_frees += cache.give_back(chunk);
+            }
+            cache
+                .take(need, want, options, request)
+                .map(|t| totals.count(t))
+        }
+        Err(e) => Err(e),
     }
-    slot.clear();
 }
 
-/// Gives every dedicated block back; returns the bytes that were live in them.
-#[cold]
-#[inline(never)]
-fn reset_dedicated(cache: &BlockCache, shared: &mut Shared) -> usize {
-    for (block, _) in shared.dedicated.drain(..) {
-        give_back(cache, &mut shared.totals, block);
+impl Totals {
+    /// Counts a chunk from the cache as held, and how it was had.
+    fn count(&mut self, taken: Taken) -> Chunk {
+        if taken.system_allocations == 0 {
+            self.cache_hits += 1;
+        } else {
+            self.cache_misses += 1;
+            self.system_allocations += taken.system_allocations;
+        }
+        self.bytes_held += taken.chunk.usable();
+        taken.chunk
     }
-    core::mem::take(&mut shared.dedicated_live)
 }
 
-// SAFETY: a slot's bump region is carved only by its owner thread (or, for
-// the fallback slot, under the lock), from blocks this allocator holds until
-// `reset`, `rewind`, `release` or drop — all `&mut self` — so every pointer
-// is disjoint from the others, aligned (`Slot::bump` pads to the alignment)
-// and valid until then. Dedicated blocks are held the same way.
+impl Shared {
+    /// Gives `chunk` back to `cache`, counting the system frees that caused.
+    fn give_back(&mut self, cache: &BlockCache, chunk: Chunk) {
+        self.totals.bytes_held -= chunk.usable();
+        self.totals.system_frees += cache.give_back(chunk);
+    }
+
+    /// Gives every loose chunk back to `cache`.
+    fn give_back_loose(&mut self, cache: &BlockCache) {
+        while let Some(chunk) = self.loose.pop() {
+            self.give_back(cache, chunk);
+        }
+    }
+
+    /// Gives the newest dedicated chunk back.
+    fn free_last_dedicated(&mut self, cache: &BlockCache) {
+        if let Some((chunk, size)) = self.dedicated.pop() {
+            self.dedicated_live -= size;
+            self.give_back(cache, chunk);
+        }
+    }
+
+    /// Checks and poisons the canaries from the `from`th on (debug checks).
+    fn recycle_canaries(&mut self, from: usize) {
+        self.totals.canary_violations += self.debug.recycle(from);
+    }
+}
+
+// SAFETY: each region's range is carved only by its owner thread (or, for
+// the locked region, under the lock), from chunks this allocator holds until
+// `reset`, `rewind`, `release`, `trim` (which frees only pages above every
+// cursor) or drop — all `&mut self` — so every pointer is disjoint from the
+// others, aligned (`Region::bump` pads to the alignment) and valid until
+// then. Dedicated chunks are held the same way.
 unsafe impl TempAllocator for CachingAllocator {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        let tid = raw_thread_id();
-        let slot = &self.slots[tid % SLOTS];
-        // Only this thread stores its own id, so seeing it means this thread
-        // owns the slot, and every field it reads it wrote itself (or a
-        // `&mut` method did, before this thread got `&self`). A thread whose
-        // id is not assigned yet matches no slot and takes the slow path.
-        if slot.owner.load(Relaxed) == tid {
-            if let Some(ptr) = slot.bump(layout) {
-                return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
+        // Every miss is a tail call to the slow path, so the fast path saves
+        // no registers.
+        if let Some(region) = self.regions.cached() {
+            if layout.size() < self.dedicated_from {
+                // SAFETY: `Regions::cached` returned the calling thread's own
+                // region. A thread id belongs to one live thread at a time;
+                // the thread that had it before (and its region) has exited,
+                // its writes ordered before ours by the id's hand-over.
+                if let Some(ptr) = unsafe { region.bump(layout) } {
+                    return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
+                }
             }
         }
         self.allocate_slow(layout)
     }
 
+    #[inline]
     fn reset(&mut self) {
+        let debug_checks = self.config.debug_checks;
         let shared = self
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        if self.config.debug_checks {
-            // Before any block goes back: the memory is still ours to poison.
-            debug::recycle(shared, 0);
-        }
-        let mut live = 0;
-        let mut owned = shared.owned;
-        while owned != 0 {
-            let index = owned.trailing_zeros() as usize;
-            owned &= owned - 1;
-            let (slot, blocks) = (&mut self.slots[index], &mut shared.slots[index]);
-            let requested = *slot.requested.get_mut();
-            live += requested - blocks.window_start;
-            blocks.window_start = requested;
-            let cursor = *slot.cursor.get_mut();
-            if blocks.outgrown {
-                reset_outgrown(&self.cache, &mut shared.totals, slot, blocks);
-            } else {
-                *slot.cursor.get_mut() = 0;
+        match self.regions.only(&shared.claimed) {
+            // The usual case, kept short: one thread allocates.
+            Some(region) if !debug_checks && shared.dedicated.is_empty() => {
+                let keep = self
+                    .regions
+                    .cached()
+                    .is_some_and(|mine| ptr::eq(mine, region));
+                let folded = region.reset(&mut shared.token, keep, &mut shared.loose);
+                let live = shared.totals.fold(folded);
+                shared.window_high = shared.window_high.max(live);
             }
-            if cursor == 0 || index == FALLBACK {
-                // A thread that stopped allocating (or exited) gives the slot
-                // up; its block stays for whichever thread claims it next.
-                *slot.owner.get_mut() = NO_OWNER;
-                shared.owned &= !(1 << index);
-            }
+            _ => self.reset_all(),
         }
-        if !shared.dedicated.is_empty() {
-            live += reset_dedicated(&self.cache, shared);
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !shared.loose.is_empty() {
+            shared.give_back_loose(&self.cache);
         }
-        shared.totals.high_water = shared.totals.high_water.max(live);
-        shared.totals.resets += 1;
+        shared.open.clear();
+        let totals = &mut shared.totals;
+        totals.last_window_high = core::mem::take(&mut shared.window_high);
+        totals.high_water = totals.high_water.max(totals.last_window_high);
+        totals.resets += 1;
     }
 
     fn stats(&self) -> Stats {
         let shared = self.lock();
-        // Slots count their own requests (cumulatively); the totals hold the
-        // slow path's (zero-sized and dedicated requests) and the rest.
-        let mut stats = shared.totals;
-        for slot in self.slots.iter() {
-            stats.allocations += slot.allocations.load(Relaxed) as u64;
-            stats.bytes_requested += slot.requested.load(Relaxed) as u64;
+        let t = &shared.totals;
+        // Regions count their own requests until a reset or rewind folds
+        // them in: what they hold is live, and requested.
+        let (mut allocations, mut requested, mut live) =
+            (t.allocations, t.bytes_requested, shared.dedicated_live);
+        for region in self.all_regions(&shared.claimed) {
+            allocations += region.count() as u64;
+            requested += region.live() as u64;
+            live += region.live();
         }
-        stats.high_water = stats.high_water.max(window_live(&self.slots[..], &shared));
-        stats
+        let window = shared.window_high.max(live);
+        Stats {
+            allocations,
+            bytes_requested: requested,
+            resets: t.resets,
+            system_allocations: t.system_allocations,
+            system_frees: t.system_frees,
+            bytes_held: t.bytes_held,
+            high_water: t.high_water.max(window),
+            bytes_live: live,
+            window_high_water: t.last_window_high.max(window),
+            cache_hits: t.cache_hits,
+            cache_misses: t.cache_misses,
+            canary_violations: t.canary_violations,
+        }
     }
 }
 
 impl Drop for CachingAllocator {
     fn drop(&mut self) {
         self.release();
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.regions.free(&mut shared.claimed);
     }
 }
 

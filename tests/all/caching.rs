@@ -63,19 +63,20 @@ fn reset_hands_back_the_same_addresses() {
 }
 
 #[test]
-fn warm_up_converges_to_one_block_and_no_system_calls() {
+fn warm_up_converges_and_then_makes_no_system_calls() {
     let mut temp = fast_allocator();
     run_window(&mut temp);
     let warm = temp.stats();
-    // The first window outgrew the 64 KiB first block, so it took several.
+    // The first window outgrew the 64 KiB first commit, so it grew again.
     assert!(warm.system_allocations > 1, "{warm}");
+    let peak: usize = WINDOW.iter().map(|&(s, _)| s).sum();
+    if !cfg!(miri) {
+        // Grown in place: the first window already holds within the target.
+        assert!(warm.bytes_held as f64 <= 1.25 * peak as f64, "{warm}");
+    }
+    // A heap-block region (Miri) takes one block sized to the peak here.
     run_window(&mut temp);
     let converged = temp.stats();
-    assert_eq!(
-        converged.system_allocations - converged.system_frees,
-        1,
-        "one block: {converged}"
-    );
     for _ in 0..50 {
         run_window(&mut temp);
     }
@@ -85,7 +86,6 @@ fn warm_up_converges_to_one_block_and_no_system_calls() {
         "{after}"
     );
     assert_eq!(after.system_frees, converged.system_frees, "{after}");
-    let peak: usize = WINDOW.iter().map(|&(s, _)| s).sum();
     assert_eq!(after.high_water, peak);
     assert!(after.bytes_held as f64 <= 1.25 * peak as f64, "{after}");
 }
@@ -187,19 +187,27 @@ fn checkpoints_nest_three_deep() {
     let cp2 = temp.checkpoint();
     let a2 = addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap());
     let cp3 = temp.checkpoint();
-    // Past the first block: the rewind must hand back the new block too.
+    // Past the first commit: the region grows (a heap region moves on).
     let a3 = addr(
         KernelContext::new(&temp)
             .allocate_temp(200_000, 64)
             .unwrap(),
     );
-    let held_deep = temp.stats().bytes_held;
+    let deep = temp.stats();
 
     temp.rewind(cp3).unwrap();
-    assert!(
-        temp.stats().bytes_held < held_deep,
-        "the overflow block went back"
+    assert_eq!(temp.stats().bytes_live, 10_000 + 3000 + 5000);
+    // The memory stays for the next kernel: the same request again takes
+    // nothing from the system.
+    let cp3 = temp.checkpoint();
+    let again = addr(
+        KernelContext::new(&temp)
+            .allocate_temp(200_000, 64)
+            .unwrap(),
     );
+    assert_eq!(again, a3);
+    assert_eq!(temp.stats().system_allocations, deep.system_allocations);
+    temp.rewind(cp3).unwrap();
     assert_eq!(
         addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()),
         a2 + 5056
@@ -223,7 +231,7 @@ fn checkpoints_nest_three_deep() {
     check(inference, 0);
     let s = temp.stats();
     assert_eq!(s.high_water, 10_000 + 3000 + 5000 + 200_000);
-    assert_eq!(s.allocations, 7);
+    assert_eq!(s.allocations, 8);
 }
 
 #[test]
@@ -241,10 +249,10 @@ fn stale_checkpoints_are_refused() {
     );
 
     let other = fast_allocator();
-    assert!(matches!(
-        temp.rewind(other.checkpoint()),
-        Err(Error::StaleCheckpoint { .. })
-    ));
+    assert_eq!(
+        temp.rewind(other.checkpoint()).unwrap_err(),
+        Error::ForeignCheckpoint
+    );
     // A checkpoint inside a block an earlier rewind released: bad_input.rs.
 }
 
@@ -278,31 +286,8 @@ fn threads_write_and_verify_their_own_scratch() {
 }
 
 #[test]
-fn more_threads_than_slots_share_the_fallback() {
-    let temp = fast_allocator();
-    // One more than the slots, so at least one thread shares the fallback.
-    let threads = scaled(24, 17);
-    let buffers = scaled(20, 2);
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let temp = &temp;
-            s.spawn(move || {
-                let ctx = KernelContext::new(temp);
-                let bufs: Vec<_> = (0..buffers)
-                    .map(|i| fill(ctx.allocate_temp(64 + i, 16).unwrap(), t * 100 + i))
-                    .collect();
-                for (i, buf) in bufs.iter().enumerate() {
-                    check(buf, t * 100 + i);
-                }
-            });
-        }
-    });
-    assert_eq!(temp.stats().allocations as usize, threads * buffers);
-}
-
-#[test]
 fn allocators_share_one_block_cache() {
-    let cache = Arc::new(BlockCache::new(16 << 20));
+    let cache = Arc::new(BlockCache::with_idle_budget(16 << 20));
     let mut a = CachingAllocator::with_cache(Arc::clone(&cache), fast());
     let b = CachingAllocator::with_cache(Arc::clone(&cache), fast());
     let a_ptr = addr(KernelContext::new(&a).allocate_temp(200_000, 64).unwrap());
@@ -311,17 +296,14 @@ fn allocators_share_one_block_cache() {
     let b_ptr = addr(KernelContext::new(&b).allocate_temp(200_000, 64).unwrap());
     assert_eq!(a_ptr, b_ptr, "b got the block a gave back");
     let s = cache.stats();
-    assert_eq!(
-        (s.cache_hits, s.cache_misses, s.system_allocations),
-        (1, 1, 1)
-    );
+    assert_eq!((s.hits, s.misses, s.system_allocations), (1, 1, 1));
     assert_eq!(b.stats().cache_hits, 1);
     assert_eq!(b.stats().system_allocations, 0);
 }
 
 #[test]
 fn cache_frees_least_recently_used_down_to_its_budget() {
-    let cache = Arc::new(BlockCache::new(600 << 10));
+    let cache = Arc::new(BlockCache::with_idle_budget(600 << 10));
     let sizes = [256 << 10, 128 << 10, 384 << 10];
     let mut allocators: Vec<_> = sizes
         .iter()
@@ -379,7 +361,7 @@ fn dedicated_blocks_are_recycled_at_reset() {
     let size = scaled(3 << 20, 96 << 10);
     let config = fast()
         .dedicated_threshold(Some(size / 2))
-        .max_cached_bytes(64 << 20);
+        .idle_budget(64 << 20);
     let mut temp = CachingAllocator::with_config(config);
     for _ in 0..5 {
         {
@@ -401,7 +383,7 @@ fn dedicated_blocks_are_recycled_at_reset() {
 
 #[test]
 fn drop_gives_everything_back() {
-    let cache = Arc::new(BlockCache::new(0));
+    let cache = Arc::new(BlockCache::with_idle_budget(0));
     {
         let mut temp = CachingAllocator::with_cache(Arc::clone(&cache), fast());
         for size in [1000, 100_000, 3_000_000] {
@@ -412,8 +394,8 @@ fn drop_gives_everything_back() {
         assert!(cache.stats().bytes_held > 0);
     }
     let s = cache.stats();
-    assert_eq!(s.bytes_held, 0, "{s}");
-    assert_eq!(s.system_allocations, s.system_frees, "{s}");
+    assert_eq!((s.bytes_held, s.idle_bytes), (0, 0), "{s}");
+    assert!(s.system_frees > 0, "{s}");
 }
 
 #[test]
@@ -468,17 +450,23 @@ fn workloads_converge_to_zero_system_allocations_within_the_memory_target() {
         let warm_up = trace.replay(&mut temp).unwrap();
         assert!(
             warm_up.system_allocations > 0,
-            "{name}: the warm-up takes blocks"
+            "{name}: the warm-up takes memory"
         );
+        if !cfg!(miri) {
+            // The region grows in place: within the target from the first
+            // window on, not only once converged.
+            assert!(
+                warm_up.held_over_peak() <= 1.25,
+                "{name}, warm-up: {warm_up}"
+            );
+        }
         for pass in 0..2 {
             let report = trace.replay(&mut temp).unwrap();
             assert_eq!(
                 report.system_allocations, 0,
                 "{name}, pass {pass}: {report}"
             );
-            // One block for the one thread.
             let s = temp.stats();
-            assert_eq!(s.system_allocations - s.system_frees, 1, "{name}: {s}");
             assert!(report.held_over_peak() <= 1.25, "{name}: {report}");
             assert_eq!(s.high_water, trace.peak_live_bytes(), "{name}");
         }

@@ -162,7 +162,7 @@ fn every_injected_failure_is_out_of_memory_and_recoverable() {
 /// A fresh allocator with a cache of `budget` idle bytes, holding one
 /// patterned buffer from before any fault.
 fn setup(config: CachingConfig, budget: usize) -> (Arc<BlockCache>, CachingAllocator, *const u8) {
-    let cache = Arc::new(BlockCache::new(budget));
+    let cache = Arc::new(BlockCache::with_idle_budget(budget));
     let temp = CachingAllocator::with_cache(Arc::clone(&cache), config);
     let before = {
         let ctx = KernelContext::new(&temp);
@@ -238,21 +238,18 @@ fn inject_every_failure(name: &str, config: CachingConfig, budget: usize) {
             assert_eq!(s.bytes_held, 0, "{name}, n = {n}");
             let c = cache.stats();
             assert_eq!(c.bytes_held, cache.idle_bytes(), "{name}, n = {n}");
-            assert!(
-                cache.idle_bytes() <= cache.max_cached_bytes(),
-                "{name}, n = {n}"
-            );
+            assert!(cache.idle_bytes() <= cache.idle_budget(), "{name}, n = {n}");
             drop(temp);
             cache.trim(0);
             let c = cache.stats();
-            assert_eq!(c.system_allocations, c.system_frees, "{name}, n = {n}: {c}");
+            assert_eq!((c.bytes_held, c.idle_bytes), (0, 0), "{name}, n = {n}: {c}");
         }
     }
 }
 
 #[test]
 fn a_failed_block_allocation_leaves_earlier_buffers_intact() {
-    let cache = Arc::new(BlockCache::new(0));
+    let cache = Arc::new(BlockCache::with_idle_budget(0));
     for debug_checks in [false, true] {
         let config = CachingConfig::default()
             .min_block_size(4096)

@@ -1,5 +1,4 @@
-//! Concurrency stress: 2 to 8 threads (and more than there are per-thread
-//! slots) make many requests of random sizes through one `CachingAllocator`,
+//! Concurrency stress: 2 to 20 threads make many requests of random sizes through one `CachingAllocator`,
 //! writing a pattern into every buffer and checking it, with a reset between
 //! rounds. Bounded in iterations (and by a deadline, so a slow machine ends
 //! the round early instead of hanging; nothing asserts on time).
@@ -115,7 +114,7 @@ where
             // Typed scratch (zeroed) through the same context.
             let words = ctx.scratch::<u64>(size.div_ceil(8)).unwrap();
             assert!(words.iter().all(|&w| w == 0), "scratch not zeroed");
-            assert_eq!(words.as_ptr() as usize % 8, 0);
+            assert_eq!(words.as_ptr() as usize % align_of::<u64>(), 0);
             bytemuck::cast_slice_mut::<u64, u8>(words)
         } else {
             let buf = ctx.allocate_temp(size, align).unwrap();
@@ -202,16 +201,16 @@ fn threads_share_one_caching_allocator() {
             assert!(done.requests > 0, "{name}, {threads} threads");
             temp.release();
             let s = temp.stats();
-            assert_eq!(s.bytes_held, 0, "{name}, {threads} threads");
-            assert_eq!(s.system_allocations, s.system_frees, "{name}: {s}");
+            assert_eq!(s.bytes_held, 0, "{name}, {threads} threads: {s}");
+            assert!(s.system_frees > 0, "{name}: {s}");
         }
     }
 }
 
 #[test]
-fn more_threads_than_slots_share_the_fallback() {
-    // 20 threads: four more than the per-thread slots, so some requests go
-    // through the locked fallback slot while others bump lock-free.
+fn twenty_fresh_threads_every_round() {
+    // New threads every round: some get the thread ids (and regions) of the
+    // last round's, the others take over the regions those left parked.
     let threads = if cfg!(miri) { 3 } else { 20 };
     let mut temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false));
     for round in 0..ROUNDS {

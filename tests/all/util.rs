@@ -1,8 +1,21 @@
 //! Shared helpers: the allocators under test and byte patterns.
 
-use std::mem::MaybeUninit;
+use std::alloc::Layout;
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::ptr::NonNull;
 
-use tempalloc::{BumpAllocator, CachingAllocator, CachingConfig, MallocAllocator, TempAllocator};
+use tempalloc::{
+    BumpAllocator, CachingAllocator, CachingConfig, Error, FixedAllocator, MallocAllocator, Stats,
+    TempAllocator,
+};
+
+/// A request no system can serve: a quarter of the address space (1 << 62
+/// on 64-bit targets, 1 << 30 on 32-bit ones).
+pub const HUGE: usize = 1 << (usize::BITS - 2);
+
+/// The largest power of two, `isize::MAX + 1` (1 << 63 on 64-bit targets):
+/// a valid alignment for zero bytes, and for nothing larger.
+pub const TOP_BIT: usize = 1 << (usize::BITS - 1);
 
 /// Makes a fresh allocator under test.
 pub type Make = fn() -> Box<dyn TempAllocator>;
@@ -21,7 +34,62 @@ pub const ALLOCATORS: &[(&str, Make)] = &[
             CachingConfig::default().debug_checks(false),
         ))
     }),
+    (FIXED, || Box::new(OwnedFixed::new(FIXED_CAPACITY))),
 ];
+
+/// The name of the `FixedAllocator` entry: it holds its whole buffer from
+/// the start and never asks the system for memory, which two generic tests
+/// allow for.
+pub const FIXED: &str = "FixedAllocator";
+
+/// The buffer the generic tests give `FixedAllocator`: enough for their
+/// largest window (under Miri the tests ask for less).
+pub const FIXED_CAPACITY: usize = if cfg!(miri) { 4 << 20 } else { 64 << 20 };
+
+/// A `FixedAllocator` over a heap buffer it owns, so the generic tests can
+/// box it as `dyn TempAllocator + 'static`.
+pub struct OwnedFixed {
+    temp: ManuallyDrop<FixedAllocator<'static>>,
+    buf: NonNull<[MaybeUninit<u8>]>,
+}
+
+impl OwnedFixed {
+    pub fn new(capacity: usize) -> Self {
+        let buf = Box::<[u8]>::new_uninit_slice(capacity);
+        let buf = NonNull::from(Box::leak(buf));
+        // SAFETY: `buf` is the leaked box, valid and unaliased until `drop`
+        // rebuilds the box, which happens after the allocator (its only
+        // user) is dropped.
+        let temp = FixedAllocator::new(unsafe { &mut *buf.as_ptr() });
+        OwnedFixed {
+            temp: ManuallyDrop::new(temp),
+            buf,
+        }
+    }
+}
+
+impl Drop for OwnedFixed {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, before the buffer it borrows.
+        unsafe { ManuallyDrop::drop(&mut self.temp) };
+        // SAFETY: `buf` came from `Box::leak` in `new` and its only borrower
+        // is gone.
+        drop(unsafe { Box::from_raw(self.buf.as_ptr()) });
+    }
+}
+
+// SAFETY: forwards to `FixedAllocator`, whose buffer lives as long as `self`.
+unsafe impl TempAllocator for OwnedFixed {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        self.temp.allocate(layout)
+    }
+    fn reset(&mut self) {
+        self.temp.reset();
+    }
+    fn stats(&self) -> Stats {
+        self.temp.stats()
+    }
+}
 
 /// Runs `f` once per allocator under test, each time with a fresh allocator
 /// and its name (for assertion messages).

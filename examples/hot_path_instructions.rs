@@ -1,0 +1,57 @@
+//! The hot path in instructions, for `scripts/instructions.sh`: requests
+//! through `KernelContext::allocate_temp` on a warm `CachingAllocator`, and
+//! the same requests through `bumpalo::Bump::alloc_layout`, each loop in a
+//! function of its own so that callgrind counts them apart. Run it alone and
+//! it only says how many requests each loop makes.
+
+use std::alloc::Layout;
+use std::hint::black_box;
+
+use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+
+/// Requests per loop: enough to make the call and loop overhead vanish.
+const N: usize = 100_000;
+const SIZE: usize = 256;
+const ALIGN: usize = 64;
+
+#[inline(never)]
+fn through_kernel_context(ctx: &KernelContext) {
+    for _ in 0..N {
+        black_box(
+            ctx.allocate_temp(black_box(SIZE), black_box(ALIGN))
+                .unwrap(),
+        );
+    }
+}
+
+#[inline(never)]
+fn through_bumpalo(bump: &bumpalo::Bump) {
+    let layout = Layout::from_size_align(SIZE, ALIGN).unwrap();
+    for _ in 0..N {
+        black_box(bump.alloc_layout(black_box(layout)));
+    }
+}
+
+#[inline(never)]
+fn resets(temp: &mut CachingAllocator) {
+    for _ in 0..N {
+        black_box(temp.allocate(Layout::new::<u64>()).unwrap());
+        temp.reset();
+    }
+}
+
+fn main() {
+    let mut temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false));
+    let mut bump = bumpalo::Bump::with_capacity(N * (SIZE + ALIGN));
+    // Warm: the region has committed what a loop needs, bumpalo its chunk.
+    for _ in 0..2 {
+        through_kernel_context(&KernelContext::new(&temp));
+        temp.reset();
+        through_bumpalo(&bump);
+        bump.reset();
+    }
+    through_kernel_context(&KernelContext::new(&temp));
+    through_bumpalo(&bump);
+    resets(&mut temp);
+    println!("{N} requests per loop");
+}

@@ -1,0 +1,368 @@
+//! [`FixedAllocator`]: a [`TempAllocator`] over a buffer the caller owns, for
+//! targets without a heap.
+//!
+//! Only `core` is used here, so the module builds unchanged under `no_std`.
+
+use core::alloc::Layout;
+use core::cell::Cell;
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+use core::ptr::NonNull;
+
+use crate::temp::dangling;
+use crate::{Error, Stats, TempAllocator};
+
+/// A bump allocator over a caller-provided buffer: no system allocation,
+/// ever, so it works without a global allocator (microcontrollers, or a
+/// `static` arena on any target).
+///
+/// Requests are bumped from the start of the buffer, each aligned to any
+/// power of two (the address is aligned, so the buffer itself may be only
+/// 1-aligned); [`reset`](TempAllocator::reset) starts over from the start.
+/// When the buffer is full a request is [`Error::BudgetExceeded`] with the
+/// request's size, the bytes used and the capacity; nothing handed out is
+/// touched. [`checkpoint`](Self::checkpoint) and [`rewind`](Self::rewind)
+/// give back everything taken after a point.
+///
+/// `Send`, not `Sync`: the cursor and counters are plain `Cell`s. A `Sync`
+/// version (a compare-and-swap cursor and atomic counters) runs about the
+/// same number of instructions, but four of them are locked
+/// read-modify-writes: about 3x the time per request on one thread, paid by
+/// every single-threaded kernel, and its 64-bit counters have no atomics on
+/// Cortex-M4. See the `FixedAllocator` section of
+/// `docs/design.md` for the measurement.
+///
+/// ```
+/// use core::mem::MaybeUninit;
+/// use tempalloc::{Error, FixedAllocator, KernelContext, TempAllocator};
+///
+/// let mut buf = [MaybeUninit::<u8>::uninit(); 1024];
+/// let mut temp = FixedAllocator::new(&mut buf);
+/// {
+///     let ctx = KernelContext::new(&temp);
+///     let tile = ctx.scratch::<f32>(64)?;
+///     assert_eq!(tile.as_ptr() as usize % 4, 0);
+///     assert!(matches!(ctx.scratch::<u8>(2048), Err(Error::BudgetExceeded { .. })));
+/// }
+/// temp.reset();
+/// assert_eq!(temp.used(), 0);
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Debug)]
+pub struct FixedAllocator<'buf> {
+    /// The buffer's first byte; carries the provenance of the whole buffer.
+    base: NonNull<u8>,
+    /// The buffer's length in bytes.
+    capacity: usize,
+    /// Bytes used from `base`: everything below is handed out (or padding),
+    /// everything above is free. Invariant: `cursor <= capacity`.
+    cursor: Cell<usize>,
+    /// Requests served and their bytes, since creation.
+    allocations: Cell<u64>,
+    bytes_requested: Cell<u64>,
+    /// Bytes requested since the last reset (or up to the last rewind).
+    live: Cell<usize>,
+    /// The most bytes live in the current window, not counting `live` itself
+    /// (folded in at rewind, reset and `stats`, off the fast path).
+    window_max: Cell<usize>,
+    /// The most bytes live in the window that ended at the last reset.
+    last_window_max: usize,
+    /// The most bytes live in any ended window.
+    high_water: usize,
+    resets: u64,
+    /// Tells this allocator's checkpoints from those of an earlier allocator
+    /// over the same buffer.
+    id: usize,
+    _buf: PhantomData<&'buf mut [MaybeUninit<u8>]>,
+}
+
+// SAFETY: the allocator owns an exclusive borrow of the buffer (a
+// `&'buf mut [MaybeUninit<u8>]`, which is `Send`) and `Cell`s of plain
+// integers; nothing in it is tied to the creating thread.
+unsafe impl Send for FixedAllocator<'_> {}
+
+/// A position in a [`FixedAllocator`] to [`rewind`](FixedAllocator::rewind)
+/// to: everything allocated after it is given back at once.
+///
+/// A checkpoint from before the last reset, or from another allocator, is
+/// refused with [`Error::StaleCheckpoint`].
+///
+/// ```
+/// use core::mem::MaybeUninit;
+/// use tempalloc::{FixedAllocator, KernelContext};
+///
+/// let mut buf = [MaybeUninit::<u8>::uninit(); 256];
+/// let mut temp = FixedAllocator::new(&mut buf);
+/// let cp = temp.checkpoint();
+/// KernelContext::new(&temp).scratch::<u8>(100)?;
+/// temp.rewind(cp)?;
+/// assert_eq!(temp.used(), 0);
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedCheckpoint {
+    /// The allocator's id and its buffer's address and length: which
+    /// allocator the checkpoint is of.
+    id: usize,
+    base: usize,
+    capacity: usize,
+    cursor: usize,
+    live: usize,
+    resets: u64,
+}
+
+impl<'buf> FixedAllocator<'buf> {
+    /// An allocator handing out `buf`, from its start. `buf` may be empty
+    /// (every non-empty request is then `BudgetExceeded`) and may have any
+    /// alignment.
+    ///
+    /// ```
+    /// use core::mem::MaybeUninit;
+    /// use tempalloc::{FixedAllocator, TempAllocator};
+    ///
+    /// let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    /// let temp = FixedAllocator::new(&mut buf);
+    /// assert_eq!((temp.capacity(), temp.stats().bytes_held), (4096, 4096));
+    /// ```
+    #[must_use]
+    pub fn new(buf: &'buf mut [MaybeUninit<u8>]) -> Self {
+        let capacity = buf.len();
+        // A slice is never longer than `isize::MAX` bytes, so `cursor + pad +
+        // size` below cannot overflow.
+        debug_assert!(capacity <= isize::MAX as usize);
+        let base = NonNull::from(buf).cast::<u8>();
+        FixedAllocator {
+            base,
+            capacity,
+            cursor: Cell::new(0),
+            allocations: Cell::new(0),
+            bytes_requested: Cell::new(0),
+            live: Cell::new(0),
+            window_max: Cell::new(0),
+            last_window_max: 0,
+            high_water: 0,
+            resets: 0,
+            id: next_id(),
+            _buf: PhantomData,
+        }
+    }
+
+    /// The buffer's length in bytes.
+    ///
+    /// ```
+    /// use core::mem::MaybeUninit;
+    /// use tempalloc::FixedAllocator;
+    ///
+    /// let mut buf = [MaybeUninit::<u8>::uninit(); 100];
+    /// assert_eq!(FixedAllocator::new(&mut buf).capacity(), 100);
+    /// ```
+    #[inline]
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes used since the last reset (or rewind), alignment padding
+    /// included: the next request starts here.
+    ///
+    /// ```
+    /// use core::alloc::Layout;
+    /// use core::mem::MaybeUninit;
+    /// use tempalloc::{FixedAllocator, TempAllocator};
+    ///
+    /// let mut buf = [MaybeUninit::<u8>::uninit(); 100];
+    /// let temp = FixedAllocator::new(&mut buf);
+    /// temp.allocate(Layout::new::<[u8; 10]>())?;
+    /// assert_eq!(temp.used(), 10);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub fn used(&self) -> usize {
+        self.cursor.get()
+    }
+
+    /// The current position, to [`rewind`](Self::rewind) to later.
+    ///
+    /// ```
+    /// use core::mem::MaybeUninit;
+    /// use tempalloc::FixedAllocator;
+    ///
+    /// let mut buf = [MaybeUninit::<u8>::uninit(); 64];
+    /// let mut temp = FixedAllocator::new(&mut buf);
+    /// let cp = temp.checkpoint();
+    /// assert_eq!(temp.rewind(cp), Ok(()));
+    /// ```
+    #[must_use]
+    pub fn checkpoint(&self) -> FixedCheckpoint {
+        FixedCheckpoint {
+            id: self.id,
+            base: self.base.as_ptr().addr(),
+            capacity: self.capacity,
+            cursor: self.cursor.get(),
+            live: self.live.get(),
+            resets: self.resets,
+        }
+    }
+
+    /// Gives back everything allocated after `checkpoint` was taken.
+    /// Checkpoints nest: rewinding to an inner one, then to an outer one, is
+    /// fine. Taking `&mut self` means no buffer allocated after the
+    /// checkpoint can still be borrowed.
+    ///
+    /// ```
+    /// use core::mem::MaybeUninit;
+    /// use tempalloc::{Error, FixedAllocator, KernelContext, TempAllocator};
+    ///
+    /// let mut buf = [MaybeUninit::<u8>::uninit(); 256];
+    /// let mut temp = FixedAllocator::new(&mut buf);
+    /// let cp = temp.checkpoint();
+    /// KernelContext::new(&temp).scratch::<u8>(100)?;
+    /// temp.rewind(cp)?;
+    /// temp.reset();
+    /// assert_eq!(temp.rewind(cp), Err(Error::StaleCheckpoint { taken_at: 0, now: 1 }));
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StaleCheckpoint`] when a reset came after the checkpoint, when
+    /// an earlier rewind already went before it, or when it belongs to
+    /// another allocator (over another buffer, or an earlier one over this
+    /// buffer). The allocator is then unchanged.
+    pub fn rewind(&mut self, checkpoint: FixedCheckpoint) -> Result<(), Error> {
+        let cursor = *self.cursor.get_mut();
+        let ours = checkpoint.id == self.id
+            && checkpoint.base == self.base.as_ptr().addr()
+            && checkpoint.capacity == self.capacity;
+        if !ours
+            || checkpoint.resets != self.resets
+            || checkpoint.cursor > cursor
+            || checkpoint.live > *self.live.get_mut()
+        {
+            return Err(Error::StaleCheckpoint {
+                taken_at: checkpoint.resets,
+                now: self.resets,
+            });
+        }
+        self.fold_window();
+        *self.cursor.get_mut() = checkpoint.cursor;
+        *self.live.get_mut() = checkpoint.live;
+        Ok(())
+    }
+
+    /// Folds the bytes live now into the current window's maximum.
+    #[inline]
+    fn fold_window(&self) {
+        self.window_max
+            .set(self.window_max.get().max(self.live.get()));
+    }
+
+    /// Why `layout` does not fit: the buffer is full.
+    #[cold]
+    #[inline(never)]
+    fn full(&self, layout: Layout) -> Error {
+        Error::BudgetExceeded {
+            requested: layout.size(),
+            held: self.cursor.get(),
+            limit: self.capacity,
+        }
+    }
+
+    /// A zero-sized request: counted, served without touching the buffer.
+    #[cold]
+    #[inline(never)]
+    fn zero_sized(&self, layout: Layout) -> NonNull<[u8]> {
+        self.allocations.set(self.allocations.get() + 1);
+        dangling(layout)
+    }
+}
+
+/// A new allocator id. Where the target has no atomic read-modify-write
+/// (`thumbv6m`), every id is 0 and a checkpoint is told apart by its buffer's
+/// address and length only; a checkpoint of an earlier allocator over the same
+/// buffer is then accepted, which is still memory-safe as `rewind` takes
+/// `&mut self`.
+fn next_id() -> usize {
+    #[cfg(target_has_atomic = "ptr")]
+    {
+        use core::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+    #[cfg(not(target_has_atomic = "ptr"))]
+    {
+        0
+    }
+}
+
+// SAFETY: every allocation is `[start, start + size)` with `start` at or past
+// the cursor and `start + size <= capacity`, after which the cursor moves to
+// `start + size`; so allocations are disjoint and inside the buffer, which is
+// exclusively borrowed for `'buf`, longer than the allocator lives. The cursor
+// moves back only in `reset` and `rewind`, both `&mut self`, so no buffer
+// handed out before can still be borrowed then. `start` is chosen so that
+// `base + start` is aligned to `layout.align()`.
+unsafe impl TempAllocator for FixedAllocator<'_> {
+    #[inline]
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        let size = layout.size();
+        if size == 0 {
+            return Ok(self.zero_sized(layout));
+        }
+        let cursor = self.cursor.get();
+        debug_assert!(cursor <= self.capacity);
+        // Padding that aligns the address `base + cursor` (not the offset).
+        let pad = self
+            .base
+            .as_ptr()
+            .addr()
+            .wrapping_add(cursor)
+            .wrapping_neg()
+            & (layout.align() - 1);
+        // `Layout` keeps `size + align - 1 <= isize::MAX`, and `pad < align`,
+        // so `pad + size` does not overflow.
+        if pad + size > self.capacity - cursor {
+            return Err(self.full(layout));
+        }
+        let start = cursor + pad;
+        self.cursor.set(start + size);
+        self.allocations.set(self.allocations.get() + 1);
+        self.bytes_requested
+            .set(self.bytes_requested.get() + size as u64);
+        self.live.set(self.live.get() + size);
+        // SAFETY: `start + size <= capacity`, so `base + start` is inside the
+        // buffer (or one past its end, impossible here as `size > 0`).
+        let ptr = unsafe { self.base.add(start) };
+        debug_assert_eq!(ptr.as_ptr().addr() & (layout.align() - 1), 0);
+        Ok(NonNull::slice_from_raw_parts(ptr, size))
+    }
+
+    fn reset(&mut self) {
+        self.fold_window();
+        let window = *self.window_max.get_mut();
+        self.last_window_max = window;
+        self.high_water = self.high_water.max(window);
+        *self.window_max.get_mut() = 0;
+        *self.live.get_mut() = 0;
+        *self.cursor.get_mut() = 0;
+        self.resets += 1;
+    }
+
+    fn stats(&self) -> Stats {
+        let live = self.live.get();
+        let window = self.window_max.get().max(live);
+        Stats {
+            allocations: self.allocations.get(),
+            bytes_requested: self.bytes_requested.get(),
+            resets: self.resets,
+            // The whole buffer is held from the start; none of it from the
+            // system.
+            bytes_held: self.capacity,
+            high_water: self.high_water.max(window),
+            bytes_live: live,
+            window_high_water: self.last_window_max.max(window),
+            ..Stats::default()
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! `CachingAllocator`'s promises in the patterns the docs show: a region for
+//! every thread however many there are, memory that follows the threads
+//! allocating in a window (not the threads ever seen), per-kernel
+//! checkpoints without system calls, budgets that mean what they say, and
+//! strict checkpoints.
+
+use std::sync::Barrier;
+
+use tempalloc::{CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
+
+use crate::util::{check, fill};
+
+fn fast() -> CachingConfig {
+    CachingConfig::default().debug_checks(false)
+}
+
+/// `n`, or `small` under Miri.
+const fn scaled(n: usize, small: usize) -> usize {
+    if cfg!(miri) { small } else { n }
+}
+
+/// Panics unless no two of `ranges` (address, length) overlap.
+fn assert_disjoint(mut ranges: Vec<(usize, usize)>) {
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        assert!(w[0].0 + w[0].1 <= w[1].0, "overlap: {w:?}");
+    }
+}
+
+/// Each of `threads` threads, all alive at once, takes `buffers` buffers of
+/// `size` bytes, writes a pattern, waits for every other thread, and checks
+/// its pattern. Returns every buffer's address and length.
+fn all_at_once(
+    temp: &CachingAllocator,
+    threads: usize,
+    buffers: usize,
+    size: usize,
+) -> Vec<(usize, usize)> {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let ctx = KernelContext::new(temp);
+                    let bufs: Vec<_> = (0..buffers)
+                        .map(|i| fill(ctx.allocate_temp(size + i, 64).unwrap(), t * 1000 + i))
+                        .collect();
+                    barrier.wait();
+                    for (i, buf) in bufs.iter().enumerate() {
+                        check(buf, t * 1000 + i);
+                    }
+                    bufs.iter()
+                        .map(|b| (b.as_ptr() as usize, b.len()))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    })
+}
+
+#[test]
+fn sixty_four_threads_each_bump_their_own_region() {
+    let threads = scaled(64, 6);
+    let (buffers, size) = (scaled(16, 3), scaled(16 << 10, 512));
+    let mut temp = CachingAllocator::with_config(fast());
+    for window in 0..3 {
+        let ranges = all_at_once(&temp, threads, buffers, size);
+        assert_eq!(ranges.len(), threads * buffers);
+        assert_disjoint(ranges);
+        let s = temp.stats();
+        // One region per thread, each within its first commit (64 KiB) or
+        // 12.5% and 16 KiB above what its thread used.
+        let per_thread = buffers * (size + buffers) + buffers * 64;
+        let bound = threads * (64 << 10).max(per_thread + per_thread / 8 + (16 << 10));
+        assert!(s.bytes_held <= bound, "window {window}: {s}");
+        temp.reset();
+    }
+}
+
+#[test]
+fn fresh_threads_every_window_reuse_the_memory_of_the_last() {
+    // The `thread::scope`-per-kernel pattern: new threads every window.
+    let (threads, size) = (4, scaled(4 << 20, 64 << 10));
+    let mut temp = CachingAllocator::with_config(fast());
+    let mut after_first = None;
+    for window in 0..scaled(8, 3) {
+        let ranges = all_at_once(&temp, threads, 1, size);
+        assert_disjoint(ranges);
+        let s = temp.stats();
+        // Each window's threads take over the regions (and memory) of the
+        // last window's, whether or not their thread ids were reused.
+        let after = *after_first.get_or_insert(s.system_allocations);
+        assert_eq!(s.system_allocations, after, "window {window}: {s}");
+        let live = threads * size;
+        if !cfg!(miri) {
+            assert!(
+                s.bytes_held as f64 <= 1.25 * live as f64,
+                "window {window}: {s}"
+            );
+        }
+        temp.reset();
+    }
+}
+
+#[test]
+fn the_per_kernel_checkpoint_pattern_takes_memory_once() {
+    // The pattern from the docs, verbatim: debug checks as the build has them.
+    let mut temp = CachingAllocator::new();
+    for _ in 0..3 {
+        for _ in 0..10 {
+            let cp = temp.checkpoint();
+            KernelContext::new(&temp).scratch::<u8>(1000).unwrap();
+            temp.rewind(cp).unwrap();
+        }
+        temp.reset();
+    }
+    assert_eq!(temp.stats().system_allocations, 1);
+}
+
+#[test]
+fn the_per_kernel_checkpoint_pattern_with_four_fresh_threads_per_kernel() {
+    let threads = 4;
+    for config in [fast(), fast().debug_checks(true)] {
+        let mut temp = CachingAllocator::with_config(config);
+        let inference_scratch = fill(
+            KernelContext::new(&temp).allocate_temp(5000, 64).unwrap(),
+            9,
+        )
+        .as_ptr();
+        let mut after_first = None;
+        for inference in 0..scaled(3, 2) {
+            for _kernel in 0..scaled(10, 2) {
+                let cp = temp.checkpoint();
+                all_at_once(&temp, threads, 2, 1000);
+                temp.rewind(cp).unwrap();
+            }
+            let s = temp.stats();
+            let after = *after_first.get_or_insert(s.system_allocations);
+            assert_eq!(s.system_allocations, after, "inference {inference}: {s}");
+            assert_eq!(s.bytes_live, 5000, "{s}");
+        }
+        // SAFETY: 5000 bytes taken before every checkpoint, not reset since.
+        check(
+            unsafe { std::slice::from_raw_parts(inference_scratch, 5000) },
+            9,
+        );
+        temp.reset();
+    }
+}
+
+#[test]
+fn a_request_is_served_while_held_plus_need_fits_the_limit() {
+    let limit = 1536 << 10; // 1.5 MiB
+    for config in [fast(), fast().debug_checks(true), fast().reserve(None)] {
+        let temp = CachingAllocator::with_config(config.max_bytes(Some(limit)));
+        let ctx = KernelContext::new(&temp);
+        let mut served = 0;
+        let err = loop {
+            match ctx.allocate_temp(1000, 8) {
+                Ok(buf) => served += buf.len(),
+                Err(e) => break e,
+            }
+        };
+        let Error::BudgetExceeded {
+            requested,
+            held,
+            limit: l,
+        } = err
+        else {
+            panic!("{config:?}: {err}");
+        };
+        assert_eq!((requested, l), (1000, limit), "{config:?}");
+        assert!(held <= limit, "{config:?}: {err}");
+        // Refused only when the next page (and, for heap blocks, the next
+        // whole block) does not fit: nearly all of the limit was served.
+        let mut slack = if config.reserve.is_some() {
+            2 * 4096 + 16 * 1024
+        } else {
+            limit / 2
+        };
+        if config.debug_checks {
+            slack += served / 1000 * 16; // a canary after every buffer
+        }
+        assert!(
+            served + slack >= limit,
+            "{config:?}: {served} B served, {err}"
+        );
+        assert!(err.to_string().contains(&limit.to_string()), "{err}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "under Miri regions are heap blocks, which cannot grow in place"
+)]
+fn growth_never_asks_for_more_than_the_limit_allows() {
+    // A request that fits exactly what is left is served, though growth by
+    // 12.5% would pass the limit.
+    let limit = 1 << 20;
+    let temp = CachingAllocator::with_config(fast().max_bytes(Some(limit)).min_block_size(4096));
+    let ctx = KernelContext::new(&temp);
+    let a = fill(ctx.allocate_temp(900 << 10, 4096).unwrap(), 1);
+    let b = fill(ctx.allocate_temp((1 << 20) - (900 << 10), 4096).unwrap(), 2);
+    check(a, 1);
+    check(b, 2);
+    assert!(temp.stats().bytes_held <= limit);
+    assert!(matches!(
+        ctx.allocate_temp(1, 1),
+        Err(Error::BudgetExceeded { .. })
+    ));
+}
+
+#[test]
+fn the_dedicated_threshold_is_the_same_on_every_path() {
+    for debug_checks in [false, true] {
+        let config = fast()
+            .debug_checks(debug_checks)
+            .dedicated_threshold(Some(8 << 10));
+        let mut temp = CachingAllocator::with_config(config);
+        // Warm the region so the request would fit in it.
+        KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
+        let before = temp.stats();
+        let big = fill(
+            KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
+            3,
+        );
+        check(big, 3);
+        let during = temp.stats();
+        // Its own memory, taken for it...
+        assert_eq!(
+            during.system_allocations,
+            before.system_allocations + 1,
+            "checks {debug_checks}: {during}"
+        );
+        temp.reset();
+        // ...and given back at the reset.
+        let after = temp.stats();
+        assert!(
+            after.system_frees > during.system_frees,
+            "checks {debug_checks}: {after}"
+        );
+        assert!(
+            after.bytes_held < during.bytes_held,
+            "checks {debug_checks}: {after}"
+        );
+    }
+}
+
+#[test]
+fn every_checkpoint_rule_is_an_error_that_names_it() {
+    let mut temp = CachingAllocator::with_config(fast());
+    let other = CachingAllocator::with_config(fast());
+    let kept = fill(
+        KernelContext::new(&temp).allocate_temp(1000, 64).unwrap(),
+        1,
+    )
+    .as_ptr();
+
+    // Another allocator's.
+    let err = temp.rewind(other.checkpoint()).unwrap_err();
+    assert_eq!(err, Error::ForeignCheckpoint);
+    assert!(err.to_string().contains("another allocator"), "{err}");
+
+    // Outer rewound first: the inner one is closed, whatever it marked.
+    let outer = temp.checkpoint();
+    KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
+    let inner = temp.checkpoint();
+    KernelContext::new(&temp).allocate_temp(200, 8).unwrap();
+    temp.rewind(outer).unwrap();
+    let err = temp.rewind(inner).unwrap_err();
+    assert_eq!(err, Error::CheckpointClosed { depth: 1, open: 0 });
+
+    // A later checkpoint at the same depth does not revive the closed one.
+    let again = temp.checkpoint();
+    let stale_twin = {
+        let cp = temp.checkpoint();
+        temp.rewind(cp).unwrap();
+        temp.checkpoint()
+    };
+    temp.rewind(again).unwrap();
+    assert!(matches!(
+        temp.rewind(stale_twin),
+        Err(Error::CheckpointClosed { depth: 1, open: 0 })
+    ));
+
+    // Taken before a reset.
+    // SAFETY: 1000 bytes taken before every checkpoint, not reset yet.
+    check(unsafe { std::slice::from_raw_parts(kept, 1000) }, 1);
+    let cp = temp.checkpoint();
+    temp.reset();
+    let err = temp.rewind(cp).unwrap_err();
+    assert_eq!(
+        err,
+        Error::StaleCheckpoint {
+            taken_at: 0,
+            now: 1
+        }
+    );
+    assert!(err.to_string().contains("reset"), "{err}");
+
+    // Nothing changed: checkpoints still work, with debug checks clean.
+    let cp = temp.checkpoint();
+    KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
+    temp.rewind(cp).unwrap();
+    assert_eq!(temp.stats().bytes_live, 0);
+    assert_eq!(temp.stats().canary_violations, 0);
+}
+
+#[test]
+fn debug_checks_see_no_false_canary_damage_after_out_of_order_rewinds() {
+    let mut temp = CachingAllocator::with_config(fast().debug_checks(true));
+    let outer = temp.checkpoint();
+    KernelContext::new(&temp).allocate_temp(300, 8).unwrap();
+    let inner = temp.checkpoint();
+    KernelContext::new(&temp).allocate_temp(300, 8).unwrap();
+    temp.rewind(outer).unwrap();
+    assert!(temp.rewind(inner).is_err());
+    KernelContext::new(&temp).allocate_temp(700, 8).unwrap();
+    assert_eq!(temp.check(), Ok(()));
+    temp.reset();
+    assert_eq!(temp.stats().canary_violations, 0);
+}
+
+#[test]
+fn live_bytes_and_the_window_high_water_follow_each_window() {
+    let mut temp = CachingAllocator::with_config(fast());
+    KernelContext::new(&temp).allocate_temp(3000, 8).unwrap();
+    let cp = temp.checkpoint();
+    KernelContext::new(&temp).allocate_temp(5000, 8).unwrap();
+    temp.rewind(cp).unwrap();
+    let s = temp.stats();
+    assert_eq!((s.bytes_live, s.window_high_water), (3000, 8000));
+    temp.reset();
+    let s = temp.stats();
+    assert_eq!(
+        (s.bytes_live, s.window_high_water, s.high_water),
+        (0, 8000, 8000)
+    );
+    KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
+    temp.reset();
+    let s = temp.stats();
+    assert_eq!((s.window_high_water, s.high_water), (100, 8000));
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "Miri has no reservations: every test there runs on heap blocks"
+)]
+fn a_refused_reservation_falls_back_to_heap_blocks() {
+    // No system maps 2^62 bytes of address space (nor does `ulimit -v`
+    // allow much less): the region falls back to heap blocks.
+    let mut temp = CachingAllocator::with_config(fast().reserve(Some(crate::util::HUGE)));
+    for _ in 0..3 {
+        let ctx = KernelContext::new(&temp);
+        let a = fill(ctx.allocate_temp(100_000, 64).unwrap(), 1);
+        let b = fill(ctx.allocate_temp(300_000, 4096).unwrap(), 2);
+        check(a, 1);
+        check(b, 2);
+        temp.reset();
+    }
+    let s = temp.stats();
+    assert!(s.bytes_held >= 400_000, "{s}");
+    // Converged on one block: the last windows took nothing new.
+    let before = s.system_allocations;
+    KernelContext::new(&temp)
+        .allocate_temp(400_000, 64)
+        .unwrap();
+    temp.reset();
+    assert_eq!(temp.stats().system_allocations, before);
+}
+
+#[test]
+fn trim_gives_pages_back_and_the_next_window_takes_them_again() {
+    let mut temp = CachingAllocator::with_config(fast());
+    let kept = fill(
+        KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
+        4,
+    )
+    .as_ptr();
+    let cp = temp.checkpoint();
+    KernelContext::new(&temp)
+        .allocate_temp(2 << 20, 64)
+        .unwrap();
+    temp.rewind(cp).unwrap();
+    let before = temp.stats();
+    temp.trim();
+    let after = temp.stats();
+    if !cfg!(miri) {
+        // Everything above the live 10 000 bytes went back.
+        assert!(after.bytes_held < 64 << 10, "{after}");
+        assert!(after.system_frees > before.system_frees, "{after}");
+    }
+    // What was live is intact, and the allocator serves as before.
+    // SAFETY: 10 000 bytes taken before the checkpoint, not reset since.
+    check(unsafe { std::slice::from_raw_parts(kept, 10_000) }, 4);
+    let big = fill(
+        KernelContext::new(&temp)
+            .allocate_temp(2 << 20, 64)
+            .unwrap(),
+        5,
+    );
+    check(big, 5);
+}
