@@ -174,10 +174,11 @@ fn worker_threads_and_checkpoints_are_recorded_and_replayed_faithfully() {
     let mut replay = CachingAllocator::new();
     let first = trace.replay_caching(&mut replay).expect("replays");
     assert_eq!((first.requests, first.inferences), (4, 1));
-    // Whether fresh threads per kernel reach zero system allocations once
-    // warm is the allocator's business (issue 9), not the replay's.
+    // Warm: fresh threads per kernel take over parked regions, so the same
+    // trace again asks the system for nothing.
     let second = trace.replay_caching(&mut replay).expect("replays again");
     assert_eq!((second.requests, second.resets), (4, 1));
+    assert_eq!(second.system_allocations, 0);
     assert_eq!(replay.stats().allocations, 8);
 }
 
