@@ -63,15 +63,9 @@ pub fn run_kernel<R>(
     name: &'static str,
     kernel: impl FnOnce(&KernelContext) -> R,
 ) -> Result<R, StepError> {
-    with_context(temp, |ctx| {
-        let out = kernel(ctx);
-        match ctx.failure() {
-            None => Ok(out),
-            Some(error) => Err(StepError::Kernel {
-                kernel: name,
-                error,
-            }),
-        }
+    with_context(temp, |ctx| Ok(kernel(ctx))).map_err(|error| StepError::Kernel {
+        kernel: name,
+        error,
     })
 }
 
