@@ -26,7 +26,6 @@
 #ifndef TEMPALLOC_H
 #define TEMPALLOC_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,12 +49,19 @@ typedef int32_t tempalloc_error;
 #define TEMPALLOC_ERROR_BUDGET_EXCEEDED 5
 /* Mirrors tempalloc::Error::NoTempAllocator; not produced by the C API. */
 #define TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR 6
-/* Mirrors tempalloc::Error::StaleCheckpoint; not produced by the C API. */
+/* tempalloc_rewind got a checkpoint a reset, release or earlier rewind
+ * consumed, or one of another allocator. */
 #define TEMPALLOC_ERROR_STALE_CHECKPOINT 7
-/* Mirrors tempalloc::Error::CanaryCorrupted (debug checks); no C API call returns it. */
+/* A write ran past the end of a scratch buffer (debug_checks; from
+ * tempalloc_check). */
 #define TEMPALLOC_ERROR_CANARY_CORRUPTED 8
 /* A bug in tempalloc: a panic was caught at the boundary. */
 #define TEMPALLOC_ERROR_INTERNAL 9
+/* A flag field of a struct holds a value other than 0 or 1. */
+#define TEMPALLOC_ERROR_INVALID_ARGUMENT 10
+/* Debug builds: a destroyed handle, or a handle of another kind, where that
+ * can be seen (a magic word in every handle). */
+#define TEMPALLOC_ERROR_INVALID_HANDLE 11
 
 /* An allocator (opaque). Pointers it hands out stay valid until the next
  * tempalloc_reset, tempalloc_release or tempalloc_allocator_destroy. */
@@ -78,10 +84,14 @@ typedef struct tempalloc_config {
   size_t min_block_size;
   /* Requests of at least this many bytes get a block of their own; 0 = never. */
   size_t dedicated_threshold;
-  /* Touch every page of a new block when it is taken from the system. */
-  bool prefault;
-  /* Ask for transparent huge pages on blocks of 2 MiB and more (Linux). */
-  bool huge_pages;
+  /* Flags are 0 or 1; any other value is TEMPALLOC_ERROR_INVALID_ARGUMENT. */
+  /* 1: touch every page of a new block when it is taken from the system. */
+  uint8_t prefault;
+  /* 1: ask for transparent huge pages on blocks of 2 MiB and more (Linux). */
+  uint8_t huge_pages;
+  /* 1: canaries after every buffer, checked by tempalloc_check and at every
+   * reset (slower). The default follows the library's build (1 in debug). */
+  uint8_t debug_checks;
 } tempalloc_config;
 
 /* Counters of an allocator (cumulative since creation, except bytes_held and
@@ -96,7 +106,19 @@ typedef struct tempalloc_stats {
   size_t high_water;           /* most bytes live at once between resets */
   uint64_t cache_hits;         /* blocks served from a cache */
   uint64_t cache_misses;       /* blocks that needed a system allocation */
+  size_t bytes_live;           /* bytes live now; 0 right after a reset */
+  size_t window_high_water;    /* most bytes live at once in the last window */
+  uint64_t canary_violations;  /* buffers written past their end (debug_checks) */
 } tempalloc_stats;
+
+/* A checkpoint (plain data) from tempalloc_checkpoint, consumed by
+ * tempalloc_rewind. Copying or forging one is harmless: a rewind refuses a
+ * checkpoint it does not know with TEMPALLOC_ERROR_STALE_CHECKPOINT. */
+typedef struct tempalloc_checkpoint_token {
+  uint64_t allocator; /* the allocator it belongs to */
+  size_t depth;       /* checkpoints open when it was taken */
+  uint64_t serial;    /* which checkpoint it is */
+} tempalloc_checkpoint_token;
 
 /* The default configuration: no idle budget, no hard limit, 64 KiB first
  * blocks, no dedicated blocks, no prefault, no huge pages.
@@ -188,6 +210,28 @@ tempalloc_error tempalloc_block_cache_stats(const tempalloc_block_cache *cache,
  * Thread safety: concurrently with anything but the handle's destroy. */
 size_t tempalloc_block_cache_idle_bytes(const tempalloc_block_cache *cache,
                                         tempalloc_error *error);
+
+/* Takes a checkpoint into *out: a later tempalloc_rewind with it recycles
+ * everything allocated after this call and keeps what came before.
+ * Checkpoints nest; a rewind consumes its checkpoint and every later one; a
+ * reset or release consumes them all. No system allocation up to 8 open
+ * checkpoints. NULL alloc or out -> TEMPALLOC_ERROR_NULL_ARGUMENT.
+ * Thread safety: exclusive use of alloc (between kernels). */
+tempalloc_error tempalloc_checkpoint(tempalloc_allocator *alloc,
+                                     tempalloc_checkpoint_token *out);
+
+/* Recycles everything alloc handed out since checkpoint was taken; earlier
+ * pointers stay valid. TEMPALLOC_ERROR_STALE_CHECKPOINT (and no change) for a
+ * consumed or foreign checkpoint.
+ * Thread safety: exclusive use of alloc. */
+tempalloc_error tempalloc_rewind(tempalloc_allocator *alloc,
+                                 tempalloc_checkpoint_token checkpoint);
+
+/* With debug_checks = 1: the first buffer written past its end since the
+ * last reset, as TEMPALLOC_ERROR_CANARY_CORRUPTED; TEMPALLOC_OK otherwise.
+ * Thread safety: concurrently with tempalloc_allocate; not with reset,
+ * release, rewind or destroy. */
+tempalloc_error tempalloc_check(const tempalloc_allocator *alloc);
 
 /* A static, NUL-terminated description of code; never NULL, never freed.
  * Unknown codes get "unknown tempalloc error code".

@@ -63,6 +63,241 @@ impl Drop for Handle {
     }
 }
 
+/// Creates an allocator from `config`, returning the code (and destroying
+/// the handle if one was made).
+fn create_code(config: &tempalloc_config) -> tempalloc_error {
+    let mut error = -1;
+    // SAFETY: `config` is live; `error` is writable.
+    let handle = unsafe { tempalloc_allocator_create(config, &mut error) };
+    assert_eq!(handle.is_null(), error != TEMPALLOC_OK);
+    // SAFETY: NULL or a live handle, not used again.
+    unsafe { tempalloc_allocator_destroy(handle) };
+    error
+}
+
+#[test]
+fn flags_other_than_0_or_1_are_invalid_arguments() {
+    let default = tempalloc_config_default();
+    for value in [0u8, 1] {
+        for field in 0..3 {
+            let mut c = default;
+            *[&mut c.prefault, &mut c.huge_pages, &mut c.debug_checks][field] = value;
+            assert_eq!(create_code(&c), TEMPALLOC_OK, "field {field} = {value}");
+        }
+    }
+    for value in [2u8, 0x80, 0xff] {
+        for field in 0..3 {
+            let mut c = default;
+            *[&mut c.prefault, &mut c.huge_pages, &mut c.debug_checks][field] = value;
+            assert_eq!(
+                create_code(&c),
+                TEMPALLOC_ERROR_INVALID_ARGUMENT,
+                "field {field} = {value}"
+            );
+        }
+    }
+    assert!(message(TEMPALLOC_ERROR_INVALID_ARGUMENT).contains("neither 0 nor 1"));
+    assert_eq!(
+        default.debug_checks,
+        u8::from(cfg!(debug_assertions)),
+        "the default follows the build"
+    );
+}
+
+#[test]
+fn check_reports_the_first_write_past_the_end() {
+    let config = tempalloc_config {
+        debug_checks: 1,
+        ..tempalloc_config_default()
+    };
+    let temp = Handle::new(Some(&config));
+    let (p, e) = temp.allocate(100, 16);
+    assert_eq!(e, TEMPALLOC_OK);
+    // SAFETY: the handle is live.
+    assert_eq!(unsafe { tempalloc_check(temp.0) }, TEMPALLOC_OK);
+    // SAFETY: the allocator put a canary right after the 100 bytes, in
+    // memory it owns; writing it is the bug the check exists for.
+    unsafe { p.add(100).write(0x5a) };
+    // SAFETY: the handle is live.
+    assert_eq!(
+        unsafe { tempalloc_check(temp.0) },
+        TEMPALLOC_ERROR_CANARY_CORRUPTED
+    );
+    assert_eq!(temp.stats().canary_violations, 1);
+    // SAFETY: NULL is an error code.
+    assert_eq!(
+        unsafe { tempalloc_check(ptr::null()) },
+        TEMPALLOC_ERROR_NULL_ARGUMENT
+    );
+    // With the checks off, always OK.
+    let off = Handle::new(Some(&tempalloc_config {
+        debug_checks: 0,
+        ..tempalloc_config_default()
+    }));
+    off.allocate(100, 16);
+    // SAFETY: the handle is live.
+    assert_eq!(unsafe { tempalloc_check(off.0) }, TEMPALLOC_OK);
+}
+
+fn checkpoint(temp: &Handle) -> tempalloc_checkpoint_token {
+    let mut cp = tempalloc_checkpoint_token::default();
+    // SAFETY: the handle is live and used by this thread only; `cp` is writable.
+    assert_eq!(
+        unsafe { tempalloc_checkpoint(temp.0, &mut cp) },
+        TEMPALLOC_OK
+    );
+    cp
+}
+
+fn rewind(temp: &Handle, cp: tempalloc_checkpoint_token) -> tempalloc_error {
+    // SAFETY: the handle is live and used by this thread only.
+    unsafe { tempalloc_rewind(temp.0, cp) }
+}
+
+#[test]
+fn checkpoints_recycle_a_kernel_and_keep_the_inference() {
+    let temp = Handle::new(None);
+    let (act, _) = temp.allocate(1000, 64);
+    // SAFETY: 1000 writable bytes.
+    unsafe { act.write_bytes(7, 1000) };
+    let mut kernel_at = None;
+    for _ in 0..5 {
+        let cp = checkpoint(&temp);
+        let (tile, e) = temp.allocate(4096, 64);
+        assert_eq!(e, TEMPALLOC_OK);
+        assert_eq!(
+            *kernel_at.get_or_insert(tile),
+            tile,
+            "the same memory each kernel"
+        );
+        // SAFETY: 4096 writable bytes.
+        unsafe { tile.write_bytes(1, 4096) };
+        assert_eq!(rewind(&temp, cp), TEMPALLOC_OK);
+        assert_eq!(
+            rewind(&temp, cp),
+            TEMPALLOC_ERROR_STALE_CHECKPOINT,
+            "consumed"
+        );
+    }
+    // SAFETY: still valid: allocated before every checkpoint.
+    assert!(
+        unsafe { std::slice::from_raw_parts(act, 1000) }
+            .iter()
+            .all(|&b| b == 7)
+    );
+}
+
+#[test]
+fn stale_foreign_and_forged_checkpoints_are_refused() {
+    let mut temp = Handle::new(None);
+    let other = Handle::new(None);
+    let theirs = checkpoint(&other);
+    assert_eq!(rewind(&temp, theirs), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    assert_eq!(rewind(&other, theirs), TEMPALLOC_OK);
+    // Nested: rewinding the outer consumes the inner.
+    let outer = checkpoint(&temp);
+    let inner = checkpoint(&temp);
+    assert_eq!(rewind(&temp, outer), TEMPALLOC_OK);
+    assert_eq!(rewind(&temp, inner), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    // A reset consumes every checkpoint.
+    let cp = checkpoint(&temp);
+    temp.reset();
+    assert_eq!(rewind(&temp, cp), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    // Made-up values.
+    for forged in [
+        tempalloc_checkpoint_token::default(),
+        tempalloc_checkpoint_token {
+            depth: usize::MAX,
+            ..cp
+        },
+        tempalloc_checkpoint_token {
+            serial: u64::MAX,
+            ..cp
+        },
+    ] {
+        assert_eq!(rewind(&temp, forged), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    }
+    // SAFETY: NULL handles and outputs are error codes.
+    unsafe {
+        assert_eq!(
+            tempalloc_checkpoint(ptr::null_mut(), &mut tempalloc_checkpoint_token::default()),
+            TEMPALLOC_ERROR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            tempalloc_checkpoint(temp.0, ptr::null_mut()),
+            TEMPALLOC_ERROR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            tempalloc_rewind(ptr::null_mut(), cp),
+            TEMPALLOC_ERROR_NULL_ARGUMENT
+        );
+    }
+}
+
+/// The C checkpoints add no system allocation to what the same
+/// checkpoint/rewind pattern costs in Rust.
+#[test]
+fn c_checkpoints_allocate_no_more_than_rust_checkpoints() {
+    use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
+    let temp = Handle::new(None);
+    let round = || {
+        let inference = checkpoint(&temp);
+        for _ in 0..3 {
+            let kernel = checkpoint(&temp);
+            assert_eq!(temp.allocate(10_000, 64).1, TEMPALLOC_OK);
+            assert_eq!(rewind(&temp, kernel), TEMPALLOC_OK);
+        }
+        assert_eq!(rewind(&temp, inference), TEMPALLOC_OK);
+    };
+    let mut rust = CachingAllocator::new();
+    let mut rust_round = || {
+        let inference = rust.checkpoint();
+        for _ in 0..3 {
+            let kernel = rust.checkpoint();
+            KernelContext::new(&rust).allocate_temp(10_000, 64).unwrap();
+            rust.rewind(kernel).unwrap();
+        }
+        rust.rewind(inference).unwrap();
+    };
+    for _ in 0..6 {
+        round();
+        rust_round();
+    }
+    // Not 0 yet: on this branch CachingAllocator's rewind hands blocks back
+    // and takes them again (the issue-9 rewrite fixes that, and then both
+    // sides are 0 after the first round). The C layer itself allocates
+    // nothing: its checkpoint stack is preallocated.
+    assert_eq!(
+        temp.stats().system_allocations,
+        rust.stats().system_allocations
+    );
+}
+
+#[test]
+#[cfg(debug_assertions)]
+fn a_handle_of_the_wrong_kind_is_an_invalid_handle_in_debug_builds() {
+    let mut error = -1;
+    // SAFETY: `error` is writable.
+    let cache = unsafe { tempalloc_block_cache_create(0, 0, &mut error) };
+    assert_eq!(error, TEMPALLOC_OK);
+    let wrong = cache.cast::<tempalloc_allocator>();
+    // SAFETY: `wrong` points to a live handle (of the other kind); every
+    // handle starts with its magic word, which is all the calls read before
+    // refusing it.
+    unsafe {
+        assert!(tempalloc_allocate(wrong, 8, 8, &mut error).is_null());
+        assert_eq!(error, TEMPALLOC_ERROR_INVALID_HANDLE);
+        assert_eq!(tempalloc_reset(wrong), TEMPALLOC_ERROR_INVALID_HANDLE);
+        assert_eq!(tempalloc_check(wrong), TEMPALLOC_ERROR_INVALID_HANDLE);
+        // Destroying it as an allocator does nothing (and frees nothing).
+        tempalloc_allocator_destroy(wrong);
+        let mut stats = tempalloc_stats::default();
+        assert_eq!(tempalloc_block_cache_stats(cache, &mut stats), TEMPALLOC_OK);
+        tempalloc_block_cache_destroy(cache);
+    }
+    assert!(message(TEMPALLOC_ERROR_INVALID_HANDLE).contains("invalid handle"));
+}
+
 fn message(code: tempalloc_error) -> String {
     // SAFETY: `tempalloc_error_message` returns a static NUL-terminated string.
     unsafe { CStr::from_ptr(tempalloc_error_message(code)) }
@@ -537,7 +772,7 @@ fn header_declares_exactly_the_exports() {
     // Sanity: the parsers found the API, so an empty match cannot pass.
     assert!(rust.functions.len() >= 15, "{:?}", rust.functions.keys());
     assert!(rust.functions.contains_key("tempalloc_allocate"));
-    assert_eq!(rust.structs.len(), 2, "{:?}", rust.structs.keys());
+    assert_eq!(rust.structs.len(), 3, "{:?}", rust.structs.keys());
     assert!(rust.constants.len() >= 9);
     rust.opaque.sort();
     header.opaque.sort();
@@ -568,10 +803,10 @@ fn header_parser_sees_a_difference() {
     for (from, to) in [
         ("size_t alignment", "uint32_t alignment"),
         ("tempalloc_error tempalloc_reset(", "int tempalloc_reset("),
-        ("  bool huge_pages;\n", ""),
+        ("  uint8_t huge_pages;\n", ""),
         (
             "#define TEMPALLOC_ERROR_INTERNAL 9",
-            "#define TEMPALLOC_ERROR_INTERNAL 10",
+            "#define TEMPALLOC_ERROR_INTERNAL 12",
         ),
     ] {
         assert!(header.contains(from), "{from}");
