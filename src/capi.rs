@@ -1,8 +1,9 @@
 //! The C ABI (cargo feature `capi`): a [`CachingAllocator`] and a shared
 //! [`BlockCache`] behind opaque handles, for runtimes written in C or C++.
 //!
-//! The checked-in header `include/tempalloc.h` declares exactly what this
-//! module exports (a test keeps the two in step), and `include/tempalloc.hpp`
+//! The checked-in header `include/tempalloc.h` is generated from this module
+//! by cbindgen (`cbindgen.toml`; a test fails when it differs, and
+//! `TEMPALLOC_BLESS=1` rewrites it), and `include/tempalloc.hpp`
 //! adapts it to a C++ temp-allocator base class. `docs/capi.md` has the
 //! ownership rules and the build commands.
 //!
