@@ -283,36 +283,68 @@ impl tempalloc_allocator {
     }
 }
 
-/// The handle behind `p`: NULL is [`TEMPALLOC_ERROR_NULL_ARGUMENT`], and in
-/// debug builds a wrong magic word is [`TEMPALLOC_ERROR_INVALID_HANDLE`].
-fn check_magic(magic: Option<u64>, want: u64) -> Result<(), tempalloc_error> {
-    match magic {
-        None => Err(TEMPALLOC_ERROR_NULL_ARGUMENT),
-        Some(m) if cfg!(debug_assertions) && m != want => Err(TEMPALLOC_ERROR_INVALID_HANDLE),
-        Some(_) => Ok(()),
+/// A kind of handle, known by the magic word it starts with.
+trait Handle {
+    const MAGIC: u64;
+}
+
+impl Handle for tempalloc_allocator {
+    const MAGIC: u64 = ALLOCATOR_MAGIC;
+}
+
+impl Handle for tempalloc_block_cache {
+    const MAGIC: u64 = CACHE_MAGIC;
+}
+
+/// Whether `p` (not NULL) starts with `T`'s magic word; always in release
+/// builds, which skip the check.
+///
+/// # Safety
+///
+/// `p` points to a handle of some kind from this module, still allocated.
+unsafe fn is_kind<T: Handle>(p: *const T) -> bool {
+    // SAFETY: every kind of handle is `repr(transparent)` over a `repr(C)`
+    // `Tagged` whose first field is the `u64` magic word, so whatever its
+    // kind, `p` is valid for reading one aligned `u64` (read through the raw
+    // pointer, before any reference to a `T` that might be the wrong size).
+    !cfg!(debug_assertions) || unsafe { p.cast::<u64>().read() } == T::MAGIC
+}
+
+/// The handle behind `p`, shared: NULL is [`TEMPALLOC_ERROR_NULL_ARGUMENT`],
+/// and in debug builds a wrong magic word is [`TEMPALLOC_ERROR_INVALID_HANDLE`].
+///
+/// # Safety
+///
+/// `p` is NULL or a live handle of some kind from this module, not used
+/// exclusively elsewhere for `'a`.
+unsafe fn handle<'a, T: Handle>(p: *const T) -> Result<&'a T, tempalloc_error> {
+    if p.is_null() {
+        return Err(TEMPALLOC_ERROR_NULL_ARGUMENT);
     }
+    // SAFETY: non-NULL and, by the caller, a handle of some kind.
+    if !unsafe { is_kind(p) } {
+        return Err(TEMPALLOC_ERROR_INVALID_HANDLE);
+    }
+    // SAFETY: a live handle of kind `T` that nobody uses exclusively.
+    Ok(unsafe { &*p })
 }
 
-/// `alloc` as a shared handle, checked.
-fn allocator(alloc: Option<&tempalloc_allocator>) -> Result<&AllocatorState, tempalloc_error> {
-    check_magic(alloc.map(|a| a.0.magic), ALLOCATOR_MAGIC)?;
-    alloc.map(|a| &*a.0).ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)
-}
-
-/// `alloc` as an exclusive handle, checked.
-fn allocator_mut(
-    alloc: Option<&mut tempalloc_allocator>,
-) -> Result<&mut tempalloc_allocator, tempalloc_error> {
-    check_magic(alloc.as_ref().map(|a| a.0.magic), ALLOCATOR_MAGIC)?;
-    alloc.ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)
-}
-
-/// `cache` as a handle, checked.
-fn block_cache(cache: Option<&tempalloc_block_cache>) -> Result<&Arc<BlockCache>, tempalloc_error> {
-    check_magic(cache.map(|c| c.0.magic), CACHE_MAGIC)?;
-    cache
-        .map(|c| &c.0.state)
-        .ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)
+/// The handle behind `p`, exclusive; errors as [`handle`].
+///
+/// # Safety
+///
+/// `p` is NULL or a live handle of some kind from this module, used by
+/// nothing else for `'a`.
+unsafe fn handle_mut<'a, T: Handle>(p: *mut T) -> Result<&'a mut T, tempalloc_error> {
+    if p.is_null() {
+        return Err(TEMPALLOC_ERROR_NULL_ARGUMENT);
+    }
+    // SAFETY: non-NULL and, by the caller, a handle of some kind.
+    if !unsafe { is_kind(p) } {
+        return Err(TEMPALLOC_ERROR_INVALID_HANDLE);
+    }
+    // SAFETY: a live handle of kind `T`, exclusive to us by the caller.
+    Ok(unsafe { &mut *p })
 }
 
 /// Stores `value` in `*out` when `out` is not NULL.
@@ -417,9 +449,9 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
 ) -> *mut tempalloc_allocator {
     // SAFETY: the caller guarantees both are NULL or valid to read; the
     // cache handle is only read through `&`, which concurrent calls share.
-    let (cache, config) = unsafe { (cache.as_ref(), config.as_ref().copied()) };
+    let (cache, config) = unsafe { (handle(cache), config.as_ref().copied()) };
     let result = guard(|| {
-        let cache = block_cache(cache)?;
+        let cache = &cache?.0.state;
         let config = tempalloc_config::read(config)?;
         Ok(tempalloc_allocator::new(CachingAllocator::with_cache(
             Arc::clone(cache),
@@ -448,15 +480,15 @@ pub unsafe extern "C" fn tempalloc_allocator_destroy(alloc: *mut tempalloc_alloc
     if alloc.is_null() {
         return;
     }
+    // SAFETY: non-NULL, and by the caller a handle of some kind.
+    if !unsafe { is_kind(alloc) } {
+        // Not a live allocator (destroyed twice, or another kind of handle):
+        // freeing it would be worse than leaking it.
+        return;
+    }
     // SAFETY: non-NULL, made by `Box::into_raw` in a create function, and the
     // caller gives up the handle, so this is the only owner.
     let mut alloc = unsafe { Box::from_raw(alloc) };
-    if check_magic(Some(alloc.0.magic), ALLOCATOR_MAGIC).is_err() {
-        // Not a live allocator (destroyed twice, or another handle): freeing
-        // it would be worse than leaking it.
-        core::mem::forget(alloc);
-        return;
-    }
     alloc.0.magic = DEAD_MAGIC;
     // A panic in a drop would be a bug; it must still not unwind into C.
     let _ = catch_unwind(AssertUnwindSafe(move || drop(alloc)));
@@ -492,9 +524,9 @@ pub unsafe extern "C" fn tempalloc_allocate(
     // SAFETY: the caller guarantees `alloc` is NULL or live; concurrent
     // allocations only share it through `&`, which `CachingAllocator` (Sync)
     // supports.
-    let alloc = unsafe { alloc.as_ref() };
+    let alloc = unsafe { handle(alloc) };
     let result = guard(|| {
-        let alloc = allocator(alloc)?;
+        let alloc = &alloc?.0;
         let layout = Layout::from_size_align(size, alignment)
             .map_err(|_| code(Error::layout(size, alignment)))?;
         alloc.temp.allocate(layout).map_err(code)
@@ -523,10 +555,10 @@ pub unsafe extern "C" fn tempalloc_allocate(
 pub unsafe extern "C" fn tempalloc_reset(alloc: *mut tempalloc_allocator) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live and not used
     // elsewhere during the call, so a unique reference is sound.
-    let alloc = unsafe { alloc.as_mut() };
+    let alloc = unsafe { handle_mut(alloc) };
     status(
         guard(|| {
-            allocator_mut(alloc)?.reset();
+            alloc?.reset();
             Ok(())
         }),
         None,
@@ -546,10 +578,10 @@ pub unsafe extern "C" fn tempalloc_reset(alloc: *mut tempalloc_allocator) -> tem
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_release(alloc: *mut tempalloc_allocator) -> tempalloc_error {
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
-    let alloc = unsafe { alloc.as_mut() };
+    let alloc = unsafe { handle_mut(alloc) };
     status(
         guard(|| {
-            let alloc = &mut allocator_mut(alloc)?.0;
+            let alloc = &mut alloc?.0;
             alloc.checkpoints.clear();
             alloc.temp.release();
             Ok(())
@@ -575,14 +607,11 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
 ) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live (shared use is
     // fine) and `out` is NULL or writable and not aliased during the call.
-    let (alloc, out) = unsafe { (alloc.as_ref(), out.as_mut()) };
+    let (alloc, out) = unsafe { (handle(alloc), out.as_mut()) };
     let Some(out) = out else {
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
-    status(
-        guard(|| Ok(allocator(alloc)?.temp.stats().into())),
-        Some(out),
-    )
+    status(guard(|| Ok(alloc?.0.temp.stats().into())), Some(out))
 }
 
 /// Creates a block cache for several allocators (one per session or model)
@@ -634,14 +663,14 @@ pub unsafe extern "C" fn tempalloc_block_cache_destroy(cache: *mut tempalloc_blo
     if cache.is_null() {
         return;
     }
+    // SAFETY: non-NULL, and by the caller a handle of some kind.
+    if !unsafe { is_kind(cache) } {
+        // Not a live cache: leave alone what we do not own.
+        return;
+    }
     // SAFETY: non-NULL, made by `Box::into_raw` in the create function, and
     // the caller gives up the handle, so this is the only owner of the box.
     let mut cache = unsafe { Box::from_raw(cache) };
-    if check_magic(Some(cache.0.magic), CACHE_MAGIC).is_err() {
-        // Not a live cache: leak rather than free what we do not own.
-        core::mem::forget(cache);
-        return;
-    }
     cache.0.magic = DEAD_MAGIC;
     let _ = catch_unwind(AssertUnwindSafe(move || drop(cache)));
 }
@@ -664,8 +693,8 @@ pub unsafe extern "C" fn tempalloc_block_cache_trim(
     error: *mut tempalloc_error,
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
-    let cache = unsafe { cache.as_ref() };
-    let result = guard(|| Ok(block_cache(cache)?.trim(target_bytes)));
+    let cache = unsafe { handle(cache) };
+    let result = guard(|| Ok(cache?.0.trim(target_bytes)));
     let mut freed = 0;
     let code = status(result, Some(&mut freed));
     // SAFETY: the caller guarantees `error` is NULL or writable.
@@ -708,11 +737,11 @@ pub unsafe extern "C" fn tempalloc_block_cache_stats(
 ) -> tempalloc_error {
     // SAFETY: the caller guarantees `cache` is NULL or live (shared use is
     // fine) and `out` is NULL or writable and not aliased during the call.
-    let (cache, out) = unsafe { (cache.as_ref(), out.as_mut()) };
+    let (cache, out) = unsafe { (handle(cache), out.as_mut()) };
     let Some(out) = out else {
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
-    status(guard(|| Ok(block_cache(cache)?.stats().into())), Some(out))
+    status(guard(|| Ok(cache?.0.stats().into())), Some(out))
 }
 
 /// Bytes in the cache's idle blocks now; 0 (and
@@ -730,8 +759,8 @@ pub unsafe extern "C" fn tempalloc_block_cache_idle_bytes(
     error: *mut tempalloc_error,
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
-    let cache = unsafe { cache.as_ref() };
-    let result = guard(|| Ok(block_cache(cache)?.idle_bytes()));
+    let cache = unsafe { handle(cache) };
+    let result = guard(|| Ok(cache?.0.idle_bytes()));
     let mut idle = 0;
     let code = status(result, Some(&mut idle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
@@ -761,13 +790,13 @@ pub unsafe extern "C" fn tempalloc_checkpoint(
 ) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live and exclusive,
     // and `out` NULL or writable and not aliased during the call.
-    let (alloc, out) = unsafe { (alloc.as_mut(), out.as_mut()) };
+    let (alloc, out) = unsafe { (handle_mut(alloc), out.as_mut()) };
     let Some(out) = out else {
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
     status(
         guard(|| {
-            let alloc = &mut allocator_mut(alloc)?.0;
+            let alloc = &mut alloc?.0;
             let serial = alloc.next_serial;
             alloc.next_serial += 1;
             let depth = alloc.checkpoints.len();
@@ -803,10 +832,10 @@ pub unsafe extern "C" fn tempalloc_rewind(
     checkpoint: tempalloc_checkpoint_token,
 ) -> tempalloc_error {
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
-    let alloc = unsafe { alloc.as_mut() };
+    let alloc = unsafe { handle_mut(alloc) };
     status(
         guard(|| {
-            let alloc = &mut allocator_mut(alloc)?.0;
+            let alloc = &mut alloc?.0;
             let now = alloc.temp.stats().resets;
             let known = checkpoint.allocator == alloc.id
                 && alloc
@@ -841,8 +870,8 @@ pub unsafe extern "C" fn tempalloc_rewind(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_check(alloc: *const tempalloc_allocator) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live; shared use is fine.
-    let alloc = unsafe { alloc.as_ref() };
-    status(guard(|| allocator(alloc)?.temp.check().map_err(code)), None)
+    let alloc = unsafe { handle(alloc) };
+    status(guard(|| alloc?.0.temp.check().map_err(code)), None)
 }
 
 /// A static, NUL-terminated English description of `code` (never NULL, never
