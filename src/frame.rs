@@ -195,7 +195,7 @@ fn run_frame<A: Rewind, R>(
 ///
 /// Kernel scratch cannot escape its kernel:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0521
 /// use tempalloc::CachingAllocator;
 ///
 /// let mut temp = CachingAllocator::new();
@@ -207,6 +207,21 @@ fn run_frame<A: Rewind, R>(
 ///     })?;
 ///     kept[0] = 1.0;
 ///     Ok(())
+/// })?;
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+///
+/// Nor can a kernel take frame scratch, which its rewind would recycle:
+///
+/// ```compile_fail,E0502
+/// use tempalloc::CachingAllocator;
+///
+/// let mut temp = CachingAllocator::new();
+/// temp.frame(|inf| {
+///     inf.kernel(|_ctx| {
+///         let _act = inf.scratch::<u8>(4)?; // error: `*inf` is borrowed by `kernel`
+///         Ok(())
+///     })
 /// })?;
 /// # Ok::<(), tempalloc::Error>(())
 /// ```

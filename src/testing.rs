@@ -4,7 +4,7 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::{Error, Stats, TempAllocator};
+use crate::{Error, Rewind, Stats, TempAllocator};
 
 /// Wraps an allocator and fails its `n`th request (counted from 1 since the
 /// wrapper was made, across resets) with a chosen [`Error`]; every other
@@ -123,5 +123,36 @@ unsafe impl<A: TempAllocator> TempAllocator for FailAt<A> {
 
     fn stats(&self) -> Stats {
         self.inner.stats()
+    }
+}
+
+/// Frames and checkpoints over a `FailAt` go to the inner allocator, so a
+/// test can fail the nth request inside a frame.
+///
+/// ```
+/// use tempalloc::testing::FailAt;
+/// use tempalloc::{Error, MallocAllocator, Rewind};
+///
+/// let mut temp = FailAt::new(MallocAllocator::new(), 3);
+/// let r = temp.frame(|inf| {
+///     let act = inf.scratch::<f32>(8)?; // request 1
+///     for _ in 0..2 {
+///         inf.kernel(|ctx| Ok(ctx.scratch_copy(act)?.len()))?; // requests 2 and 3
+///     }
+///     Ok(())
+/// });
+/// assert_eq!(r, Err(Error::OutOfMemory { size: 32, align: 4 }));
+/// ```
+// SAFETY: every call goes to `inner`, which upholds `Rewind`'s contract; the
+// memory it hands out is not inside `inner`, so not inside this wrapper.
+unsafe impl<A: Rewind> Rewind for FailAt<A> {
+    type Checkpoint = A::Checkpoint;
+
+    fn checkpoint(&self) -> A::Checkpoint {
+        self.inner.checkpoint()
+    }
+
+    fn rewind(&mut self, checkpoint: A::Checkpoint) -> Result<(), Error> {
+        self.inner.rewind(checkpoint)
     }
 }

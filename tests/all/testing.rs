@@ -80,3 +80,35 @@ fn boxes_and_mutable_borrows_are_allocators() {
     );
     assert_eq!(boxed.stats().resets, 3);
 }
+
+#[test]
+fn a_failure_injected_into_a_frame_comes_out_and_keeps_earlier_scratch() {
+    use tempalloc::Rewind;
+    for n in 2..=5u64 {
+        let mut temp = FailAt::new(CachingAllocator::new(), n);
+        let mut kernels_done = 0;
+        let r = temp.frame(|inf| {
+            let act = fill(inf.allocate_temp(1000, 64)?, 1); // request 1
+            for k in 0..4 {
+                inf.kernel(|ctx| {
+                    fill(ctx.allocate_temp(500, 64)?, 10 + k); // requests 2..=5
+                    Ok(())
+                })?;
+                kernels_done += 1;
+                check(act, 1);
+            }
+            Ok(())
+        });
+        assert_eq!(
+            r,
+            Err(Error::OutOfMemory {
+                size: 500,
+                align: 64
+            }),
+            "n = {n}"
+        );
+        assert_eq!(kernels_done, n - 2, "n = {n}");
+        // The allocator is fine afterwards.
+        assert_eq!(temp.frame(|inf| Ok(inf.scratch::<u8>(10)?.len())), Ok(10));
+    }
+}
