@@ -122,3 +122,25 @@ fn a_context_records_one_failure_across_threads() {
         ctx.failure()
     );
 }
+
+/// One context type for every kernel: shareable with worker threads.
+#[test]
+fn the_context_and_every_allocator_are_send_and_sync() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<KernelContext<'static>>();
+    shareable::<tempalloc::CachingAllocator>();
+    shareable::<tempalloc::BumpAllocator>();
+    shareable::<MallocAllocator>();
+    shareable::<Box<dyn TempAllocator + Send>>();
+    // A kernel that takes the one context type runs threaded on any of them.
+    fn threaded(ctx: &KernelContext) -> Result<usize, Error> {
+        std::thread::scope(|s| {
+            let a = s.spawn(|| ctx.scratch::<u8>(10).map(|b| b.len()));
+            let b = s.spawn(|| ctx.scratch::<u8>(20).map(|b| b.len()));
+            Ok(a.join().unwrap()? + b.join().unwrap()?)
+        })
+    }
+    for_each_allocator(|name, temp| {
+        assert_eq!(with_context(temp, threaded), Ok(30), "{name}");
+    });
+}

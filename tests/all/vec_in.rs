@@ -110,6 +110,17 @@ fn a_scratch_vec_over_budget_records_the_real_error() {
             v.extend(0..100);
             let mut big: ScratchVec<'_, u64> = ScratchVec::new_in(ctx);
             assert!(big.try_reserve(10_000).is_err(), "{name}");
+            assert!(
+                matches!(
+                    ctx.failure(),
+                    Some(Error::BudgetExceeded {
+                        requested: 80_000,
+                        ..
+                    })
+                ),
+                "{name}: {:?}",
+                ctx.failure()
+            );
             // The context saw the real error; the first vector is intact.
             assert!(v.iter().copied().eq(0..100), "{name}");
             Ok(v.len())
