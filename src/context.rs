@@ -510,10 +510,12 @@ unsafe impl Allocator for &KernelContext<'_> {
 ///
 /// fn collect(ctx: &KernelContext, n: usize) -> Result<usize, Error> {
 ///     let mut v = ScratchVec::new_in(ctx);
-///     if v.try_reserve(n).is_err() {
-///         // `try_reserve` says only that it failed; the context knows why.
-///         return Err(ctx.failure().unwrap_or(Error::NoTempAllocator));
-///     }
+///     // `try_reserve` says only that it failed; the context recorded why
+///     // (a capacity overflow never reaches the allocator: a size overflow).
+///     v.try_reserve(n).map_err(|_| {
+///         let size = n.saturating_mul(size_of::<u32>());
+///         ctx.failure().unwrap_or(Error::SizeOverflow { size, align: align_of::<u32>() })
+///     })?;
 ///     v.extend((0..n).map(|i| i as u32)); // within capacity: no allocation
 ///     Ok(v.len())
 /// }

@@ -339,11 +339,14 @@ impl<'f, A: Rewind> Frame<'f, A> {
     /// let mut temp = CachingAllocator::new();
     /// let r = temp.frame(|inf| {
     ///     inf.kernel(|ctx| {
-    ///         ctx.fail(Error::NoTempAllocator);
+    ///         // A kernel (or a worker of it) that reports through the context.
+    ///         if let Err(e) = ctx.allocate_temp(8, 3) {
+    ///             ctx.fail(e);
+    ///         }
     ///         Ok(())
     ///     })
     /// });
-    /// assert_eq!(r, Err(Error::NoTempAllocator));
+    /// assert_eq!(r, Err(Error::InvalidAlignment { align: 3 }));
     /// ```
     ///
     /// # Errors
