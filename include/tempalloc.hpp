@@ -82,6 +82,27 @@ class TempallocAllocator : public Base {
   // Exclusive use.
   void release() { record(tempalloc_release(handle_)); }
 
+  // Where the allocator is now, for rewind() (a zeroed token and
+  // last_error() set on failure). Exclusive use: between kernels.
+  tempalloc_checkpoint_token checkpoint() {
+    tempalloc_checkpoint_token cp{};
+    record(tempalloc_checkpoint(handle_, &cp));
+    return cp;
+  }
+
+  // Recycles everything handed out since `cp`; earlier buffers stay valid.
+  // Returns false (and sets last_error()) for a consumed or foreign token.
+  // Exclusive use.
+  bool rewind(tempalloc_checkpoint_token cp) {
+    tempalloc_error error = tempalloc_rewind(handle_, cp);
+    record(error);
+    return error == TEMPALLOC_OK;
+  }
+
+  // With config.debug_checks = 1: the first buffer written past its end
+  // since the last reset (TEMPALLOC_ERROR_CANARY_CORRUPTED), else TEMPALLOC_OK.
+  tempalloc_error check() const { return tempalloc_check(handle_); }
+
   // The code of this object's most recent failure (TEMPALLOC_OK if none since
   // construction or clear_error()). Per object, never shared with others;
   // when threads fail concurrently, one of their codes.

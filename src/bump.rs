@@ -1,8 +1,9 @@
 //! [`BumpAllocator`]: a [`TempAllocator`] over `bumpalo::Bump`.
 
 use core::alloc::Layout;
-use core::cell::Cell;
 use core::ptr::NonNull;
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bumpalo::Bump;
 
@@ -10,13 +11,18 @@ use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
 
 /// A [`TempAllocator`] over [`bumpalo::Bump`], for single-threaded users who
-/// already use bumpalo. `Send`, not `Sync`.
+/// already use bumpalo.
+///
+/// `bumpalo::Bump` is not `Sync`, and every `TempAllocator` must be (worker
+/// threads share a kernel's context), so the bump sits behind a mutex: each
+/// request takes an uncontended lock (about 20 ns). That is what this adapter
+/// gives up; threaded kernels and hot paths want
+/// [`CachingAllocator`](crate::CachingAllocator).
 ///
 /// An optional byte limit caps the chunks bumpalo may take from the system;
-/// a request beyond it is [`Error::BudgetExceeded`], whose `requested` is the
-/// bytes held plus the request. bumpalo takes chunks larger than the request
-/// (rounded up, usually doubling), so the limit can refuse a request even when
-/// `requested` is still under it.
+/// a request beyond it is [`Error::BudgetExceeded`] with the request's size.
+/// bumpalo takes chunks larger than the request (rounded up, usually
+/// doubling), so the limit can refuse a request whose size alone would fit.
 ///
 /// ```
 /// use tempalloc::{BumpAllocator, Error, KernelContext, TempAllocator};
@@ -24,16 +30,52 @@ use crate::{Error, Stats, TempAllocator};
 /// let temp = BumpAllocator::with_limit(64 * 1024);
 /// let ctx = KernelContext::new(&temp);
 /// assert!(ctx.scratch::<u8>(1024).is_ok());
-/// assert!(matches!(ctx.scratch::<u8>(1 << 20), Err(Error::BudgetExceeded { .. })));
+/// assert!(matches!(
+///     ctx.scratch::<u8>(1 << 20),
+///     Err(Error::BudgetExceeded { requested: 1048576, limit: 65536, .. })
+/// ));
 /// ```
 #[derive(Debug, Default)]
 pub struct BumpAllocator {
-    bump: Bump,
+    inner: Mutex<Inner>,
     limit: Option<usize>,
-    stats: Cell<Stats>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    bump: Bump,
+    stats: Stats,
     /// Chunks bumpalo holds now; each was one system allocation.
-    chunks: Cell<u64>,
-    live_bytes: Cell<usize>,
+    chunks: u64,
+    /// The most bytes live in the current window alone.
+    window_max: usize,
+    /// The newest chunk's size without its footer: bumpalo sizes the next
+    /// one from it.
+    last_chunk: usize,
+}
+
+/// The smallest chunk (without its footer) bumpalo 3 tries for `layout`
+/// after a chunk of `last` bytes: it starts from twice the last chunk and
+/// halves while the half still holds the request (at least its first-chunk
+/// size), then rounds as bumpalo rounds (with its malloc and footer
+/// overhead): to a power of two below a page, to whole pages above.
+fn smallest_chunk(layout: Layout, last: usize) -> usize {
+    const OVERHEAD: usize = 64;
+    const PAGE: usize = 4096;
+    const FIRST: usize = 512 - OVERHEAD;
+    let min_new = layout.size().max(FIRST);
+    let mut base = last.saturating_mul(2).max(min_new);
+    while base / 2 >= min_new {
+        base /= 2;
+    }
+    let align = layout.align().max(16);
+    let size = layout.size().saturating_add(align - 1) & !(align - 1);
+    let size = base.max(size);
+    if size < PAGE {
+        (size + OVERHEAD).next_power_of_two() - OVERHEAD
+    } else {
+        (size.saturating_add(OVERHEAD + PAGE - 1) & !(PAGE - 1)) - OVERHEAD
+    }
 }
 
 impl BumpAllocator {
@@ -60,118 +102,121 @@ impl BumpAllocator {
         let bump = Bump::new();
         bump.set_allocation_limit(Some(limit));
         BumpAllocator {
-            bump,
+            inner: Mutex::new(Inner {
+                bump,
+                ..Inner::default()
+            }),
             limit: Some(limit),
-            ..Self::default()
         }
     }
 
     /// The `bumpalo::Bump` underneath, for code that already speaks bumpalo.
+    /// It takes `&mut self`: the bump is not shared while you use it.
     ///
     /// ```
     /// use tempalloc::BumpAllocator;
     ///
-    /// let temp = BumpAllocator::new();
+    /// let mut temp = BumpAllocator::new();
     /// assert_eq!(*temp.bump().alloc(7u32), 7);
     /// ```
-    pub fn bump(&self) -> &Bump {
-        &self.bump
+    pub fn bump(&mut self) -> &Bump {
+        &self
+            .inner
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bump
     }
 
-    /// Why bumpalo refused `layout` when it held `held_before` bytes.
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        // No code panics while holding the lock, and `Inner` is consistent
+        // after every statement, so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Why bumpalo refused `layout` when it held `held_before` bytes,
+    /// decided from the numbers alone.
     ///
-    /// A new chunk is larger than the request (bumpalo rounds it up and may
-    /// double it), so the limit can refuse a request even when `held_before`
-    /// plus its size is within the limit. Under a limit, the refusal is the
-    /// system's only if the system cannot provide the request's bytes now.
+    /// Under a limit, when the smallest chunk bumpalo would try for the
+    /// request passes the limit, the limit refused; when it fits, bumpalo
+    /// asked the system and the system refused.
     #[cold]
     #[inline(never)]
-    fn failure(&self, layout: Layout, held_before: usize) -> Error {
+    fn failure(&self, layout: Layout, held_before: usize, last_chunk: usize) -> Error {
+        let chunk = smallest_chunk(layout, last_chunk);
         match self.limit {
-            Some(limit)
-                if held_before.saturating_add(layout.size()) > limit
-                    || system_can_provide(layout) =>
-            {
-                Error::BudgetExceeded {
-                    requested: layout.size(),
-                    held: held_before,
-                    limit,
-                }
-            }
+            Some(limit) if held_before.saturating_add(chunk) > limit => Error::BudgetExceeded {
+                requested: layout.size(),
+                held: held_before,
+                limit,
+            },
             _ => Error::OutOfMemory {
                 size: layout.size(),
                 align: layout.align(),
             },
         }
     }
-
-    /// Counts a chunk bumpalo took from the system since the last look.
-    fn note_chunks(&self, held_before: usize) {
-        let held = self.bump.allocated_bytes();
-        if held != held_before {
-            let mut stats = self.stats.get();
-            stats.system_allocations += 1;
-            stats.bytes_held = held;
-            self.stats.set(stats);
-            self.chunks.set(self.chunks.get() + 1);
-        }
-    }
 }
 
 // SAFETY: bumpalo hands out disjoint, aligned memory that stays valid until
-// `Bump::reset` or drop; we call `reset` only from `reset(&mut self)`.
+// `Bump::reset` or drop; we call `reset` only from `reset(&mut self)`. The
+// mutex makes the shared `Bump` usable from several threads, one at a time.
 unsafe impl TempAllocator for BumpAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        let mut inner = self.inner();
         if layout.size() == 0 {
-            let mut stats = self.stats.get();
-            stats.allocations += 1;
-            self.stats.set(stats);
+            inner.stats.allocations += 1;
             return Ok(dangling(layout));
         }
-        let held_before = self.bump.allocated_bytes();
-        let ptr = self
-            .bump
-            .try_alloc_layout(layout)
-            .map_err(|_| self.failure(layout, held_before))?;
-        self.note_chunks(held_before);
-        let live = self.live_bytes.get() + layout.size();
-        self.live_bytes.set(live);
+        let held_before = inner.bump.allocated_bytes();
+        let ptr = match inner.bump.try_alloc_layout(layout) {
+            Ok(ptr) => ptr,
+            Err(_) => return Err(self.failure(layout, held_before, inner.last_chunk)),
+        };
+        let held = inner.bump.allocated_bytes();
+        let Inner {
+            stats,
+            chunks,
+            window_max,
+            last_chunk,
+            ..
+        } = &mut *inner;
+        if held != held_before {
+            *last_chunk = held - held_before;
+            stats.system_allocations += 1;
+            stats.bytes_held = held;
+            *chunks += 1;
+        }
         // Counted only once served: a failed request is not an allocation.
-        let mut stats = self.stats.get();
         stats.allocations += 1;
         stats.bytes_requested += layout.size() as u64;
-        stats.high_water = stats.high_water.max(live);
-        self.stats.set(stats);
+        stats.bytes_live += layout.size();
+        stats.high_water = stats.high_water.max(stats.bytes_live);
+        *window_max = (*window_max).max(stats.bytes_live);
+        stats.window_high_water = stats.window_high_water.max(stats.bytes_live);
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
     fn reset(&mut self) {
+        let Inner {
+            bump,
+            stats,
+            chunks,
+            window_max,
+            ..
+        } = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         // bumpalo keeps its newest (largest) chunk and frees the others.
-        self.bump.reset();
-        let stats = self.stats.get_mut();
-        let chunks = self.chunks.get_mut();
+        bump.reset();
         stats.system_frees += chunks.saturating_sub(1);
         *chunks = (*chunks).min(1);
-        stats.bytes_held = self.bump.allocated_bytes();
+        stats.bytes_held = bump.allocated_bytes();
         stats.resets += 1;
-        *self.live_bytes.get_mut() = 0;
+        // The window that ends here keeps its high water until the next one
+        // passes it (see `Stats::window_high_water`).
+        stats.window_high_water = core::mem::take(window_max);
+        stats.bytes_live = 0;
     }
 
     fn stats(&self) -> Stats {
-        self.stats.get()
+        self.inner().stats
     }
-}
-
-/// Whether the system allocator can provide `layout` right now (the memory is
-/// returned at once, untouched).
-fn system_can_provide(layout: Layout) -> bool {
-    // SAFETY: `layout` has a non-zero size: zero-sized requests never reach
-    // bumpalo, so never reach here.
-    let ptr = unsafe { std::alloc::alloc(layout) };
-    if ptr.is_null() {
-        return false;
-    }
-    // SAFETY: `ptr` was just allocated with `layout` and is not used again.
-    unsafe { std::alloc::dealloc(ptr, layout) };
-    true
 }

@@ -1,8 +1,9 @@
 //! The C ABI (cargo feature `capi`): a [`CachingAllocator`] and a shared
 //! [`BlockCache`] behind opaque handles, for runtimes written in C or C++.
 //!
-//! The checked-in header `include/tempalloc.h` declares exactly what this
-//! module exports (a test keeps the two in step), and `include/tempalloc.hpp`
+//! The checked-in header `include/tempalloc.h` is generated from this module
+//! by cbindgen (`cbindgen.toml`; a test fails when it differs, and
+//! `TEMPALLOC_BLESS=1` rewrites it), and `include/tempalloc.hpp`
 //! adapts it to a C++ temp-allocator base class. `docs/capi.md` has the
 //! ownership rules and the build commands.
 //!
@@ -30,10 +31,11 @@
 use core::alloc::Layout;
 use core::ffi::{CStr, c_char, c_void};
 use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use crate::{BlockCache, CachingAllocator, CachingConfig, Error, Stats, TempAllocator};
+use crate::{BlockCache, CachingAllocator, CachingConfig, Checkpoint, Error, Stats, TempAllocator};
 
 /// A status code: [`TEMPALLOC_OK`] or one of the `TEMPALLOC_ERROR_*`
 /// constants. A plain integer (not a Rust enum), so a code C made up is
@@ -54,13 +56,27 @@ pub const TEMPALLOC_ERROR_OUT_OF_MEMORY: tempalloc_error = 4;
 pub const TEMPALLOC_ERROR_BUDGET_EXCEEDED: tempalloc_error = 5;
 /// [`Error::NoTempAllocator`] (not produced by the C API; mirrored for completeness).
 pub const TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR: tempalloc_error = 6;
-/// [`Error::StaleCheckpoint`] (not produced by the C API; mirrored for completeness).
+/// [`Error::StaleCheckpoint`]: [`tempalloc_rewind`] got a checkpoint that a
+/// reset, release or earlier rewind consumed, or one of another allocator.
 pub const TEMPALLOC_ERROR_STALE_CHECKPOINT: tempalloc_error = 7;
 /// [`Error::CanaryCorrupted`]: a write ran past the end of a scratch buffer
-/// (debug checks; mirrored for completeness, no C API call returns it).
+/// (with `debug_checks`; from [`tempalloc_check`]).
 pub const TEMPALLOC_ERROR_CANARY_CORRUPTED: tempalloc_error = 8;
 /// A bug in tempalloc: a panic was caught at the boundary.
 pub const TEMPALLOC_ERROR_INTERNAL: tempalloc_error = 9;
+/// A flag field of a struct holds a value other than 0 or 1.
+pub const TEMPALLOC_ERROR_INVALID_ARGUMENT: tempalloc_error = 10;
+/// In debug builds: the handle is not a live handle of the expected kind (a
+/// destroyed handle, or another kind of handle), where that can be seen.
+pub const TEMPALLOC_ERROR_INVALID_HANDLE: tempalloc_error = 11;
+
+/// The word a live allocator handle starts with (debug builds check it).
+const ALLOCATOR_MAGIC: u64 = 0x7465_6d70_616c_6c31; // "tempall1"
+/// The word a live block cache handle starts with.
+const CACHE_MAGIC: u64 = 0x7465_6d70_6361_6331; // "tempcac1"
+/// What a destroyed handle's word becomes, so a use after destroy is caught
+/// while the memory has not been reused.
+const DEAD_MAGIC: u64 = 0xdead_dead_dead_dead;
 
 /// The code C sees for `error`.
 fn code(error: Error) -> tempalloc_error {
@@ -94,23 +110,45 @@ pub struct tempalloc_config {
     /// Requests of at least this many bytes get a block of their own; 0
     /// means never.
     pub dedicated_threshold: usize,
-    /// Touch every page of a new block when it is taken from the system.
-    pub prefault: bool,
-    /// Ask for transparent huge pages on blocks of 2 MiB and more (Linux).
-    pub huge_pages: bool,
+    /// 1: touch every page of a new block when it is taken from the system;
+    /// 0: don't. Any other value is [`TEMPALLOC_ERROR_INVALID_ARGUMENT`].
+    pub prefault: u8,
+    /// 1: ask for transparent huge pages on blocks of 2 MiB and more
+    /// (Linux); 0: don't. Any other value is an error.
+    pub huge_pages: u8,
+    /// 1: canaries after every buffer and poison on reset, checked by
+    /// [`tempalloc_check`] and at every reset (slower); 0: off. The default
+    /// follows the library's build (on in debug builds). Any other value is
+    /// an error.
+    pub debug_checks: u8,
+}
+
+/// A C flag: 0 or 1, anything else an error (C may hand us any byte).
+fn flag(value: u8) -> Result<bool, tempalloc_error> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(TEMPALLOC_ERROR_INVALID_ARGUMENT),
+    }
 }
 
 impl tempalloc_config {
-    fn to_config(self) -> CachingConfig {
+    fn to_config(self) -> Result<CachingConfig, tempalloc_error> {
         let default = CachingConfig::default();
         let nonzero = |n: usize| (n != 0).then_some(n);
-        default
+        Ok(default
             .idle_budget(self.max_cached_bytes)
             .max_bytes(nonzero(self.max_bytes))
             .min_block_size(nonzero(self.min_block_size).unwrap_or(default.min_block_size))
             .dedicated_threshold(nonzero(self.dedicated_threshold))
-            .prefault(self.prefault)
-            .huge_pages(self.huge_pages)
+            .prefault(flag(self.prefault)?)
+            .huge_pages(flag(self.huge_pages)?)
+            .debug_checks(flag(self.debug_checks)?))
+    }
+
+    /// The configuration `config` points to, or the default for NULL.
+    fn read(config: Option<Self>) -> Result<CachingConfig, tempalloc_error> {
+        config.map_or_else(|| Ok(CachingConfig::default()), Self::to_config)
     }
 }
 
@@ -137,6 +175,12 @@ pub struct tempalloc_stats {
     pub cache_hits: u64,
     /// Blocks that needed a system allocation.
     pub cache_misses: u64,
+    /// Bytes live now: 0 right after a reset.
+    pub bytes_live: usize,
+    /// The most bytes live at once in the last window.
+    pub window_high_water: usize,
+    /// Buffers found written past their end (with `debug_checks`).
+    pub canary_violations: u64,
 }
 
 impl From<Stats> for tempalloc_stats {
@@ -151,6 +195,9 @@ impl From<Stats> for tempalloc_stats {
             high_water: s.high_water,
             cache_hits: s.cache_hits,
             cache_misses: s.cache_misses,
+            bytes_live: s.bytes_live,
+            window_high_water: s.window_high_water,
+            canary_violations: s.canary_violations,
         }
     }
 }
@@ -170,13 +217,150 @@ impl From<crate::CacheStats> for tempalloc_stats {
 
 /// An opaque handle to a [`CachingAllocator`]. Made by
 /// [`tempalloc_allocator_create`], freed by [`tempalloc_allocator_destroy`].
-pub struct tempalloc_allocator(CachingAllocator);
+#[repr(transparent)]
+pub struct tempalloc_allocator(Tagged<AllocatorState>);
+
+/// A handle's contents behind its magic word, which sits first in every kind
+/// of handle so a handle of the wrong kind is seen as such.
+#[repr(C)]
+struct Tagged<T> {
+    /// The kind's magic word while live (checked in debug builds).
+    magic: u64,
+    state: T,
+}
+
+impl<T> core::ops::Deref for Tagged<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.state
+    }
+}
+
+impl<T> core::ops::DerefMut for Tagged<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.state
+    }
+}
+
+/// What an allocator handle holds.
+struct AllocatorState {
+    temp: CachingAllocator,
+    /// Tells this allocator's checkpoints from another's.
+    id: u64,
+    /// Checkpoints not yet consumed, oldest first, each with its serial.
+    /// C holds only (id, depth, serial), plain data: a stale, copied or
+    /// foreign value is found here and refused, never trusted.
+    checkpoints: Vec<(u64, Checkpoint)>,
+    next_serial: u64,
+}
+
+/// A checkpoint of a [`tempalloc_allocator`], from [`tempalloc_checkpoint`],
+/// consumed by [`tempalloc_rewind`]. Plain data: copying or forging one is
+/// harmless (the rewind refuses what it does not know).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct tempalloc_checkpoint_token {
+    /// The allocator it belongs to.
+    pub allocator: u64,
+    /// How many checkpoints were open when it was taken.
+    pub depth: usize,
+    /// Which checkpoint it is.
+    pub serial: u64,
+}
 
 /// An opaque handle to a shared [`BlockCache`]. Made by
 /// [`tempalloc_block_cache_create`], freed by [`tempalloc_block_cache_destroy`].
 /// Allocators made with it keep the cache alive on their own, so the handle
 /// may be destroyed before them.
-pub struct tempalloc_block_cache(Arc<BlockCache>);
+#[repr(transparent)]
+pub struct tempalloc_block_cache(Tagged<Arc<BlockCache>>);
+
+impl tempalloc_allocator {
+    fn new(temp: CachingAllocator) -> *mut Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Box::into_raw(Box::new(tempalloc_allocator(Tagged {
+            magic: ALLOCATOR_MAGIC,
+            state: AllocatorState {
+                temp,
+                id: NEXT_ID.fetch_add(1, Relaxed),
+                // Room for the usual nesting (inference, layer, kernel), so
+                // checkpoints make no system allocation.
+                checkpoints: Vec::with_capacity(8),
+                next_serial: 1,
+            },
+        })))
+    }
+
+    /// Forgets every checkpoint: a reset or release consumed them.
+    fn reset(&mut self) {
+        self.0.checkpoints.clear();
+        self.0.temp.reset();
+    }
+}
+
+/// A kind of handle, known by the magic word it starts with.
+trait Handle {
+    const MAGIC: u64;
+}
+
+impl Handle for tempalloc_allocator {
+    const MAGIC: u64 = ALLOCATOR_MAGIC;
+}
+
+impl Handle for tempalloc_block_cache {
+    const MAGIC: u64 = CACHE_MAGIC;
+}
+
+/// Whether `p` (not NULL) starts with `T`'s magic word; always in release
+/// builds, which skip the check.
+///
+/// # Safety
+///
+/// `p` points to a handle of some kind from this module, still allocated.
+unsafe fn is_kind<T: Handle>(p: *const T) -> bool {
+    // SAFETY: every kind of handle is `repr(transparent)` over a `repr(C)`
+    // `Tagged` whose first field is the `u64` magic word, so whatever its
+    // kind, `p` is valid for reading one aligned `u64` (read through the raw
+    // pointer, before any reference to a `T` that might be the wrong size).
+    !cfg!(debug_assertions) || unsafe { p.cast::<u64>().read() } == T::MAGIC
+}
+
+/// The handle behind `p`, shared: NULL is [`TEMPALLOC_ERROR_NULL_ARGUMENT`],
+/// and in debug builds a wrong magic word is [`TEMPALLOC_ERROR_INVALID_HANDLE`].
+///
+/// # Safety
+///
+/// `p` is NULL or a live handle of some kind from this module, not used
+/// exclusively elsewhere for `'a`.
+unsafe fn handle<'a, T: Handle>(p: *const T) -> Result<&'a T, tempalloc_error> {
+    if p.is_null() {
+        return Err(TEMPALLOC_ERROR_NULL_ARGUMENT);
+    }
+    // SAFETY: non-NULL and, by the caller, a handle of some kind.
+    if !unsafe { is_kind(p) } {
+        return Err(TEMPALLOC_ERROR_INVALID_HANDLE);
+    }
+    // SAFETY: a live handle of kind `T` that nobody uses exclusively.
+    Ok(unsafe { &*p })
+}
+
+/// The handle behind `p`, exclusive; errors as [`handle`].
+///
+/// # Safety
+///
+/// `p` is NULL or a live handle of some kind from this module, used by
+/// nothing else for `'a`.
+unsafe fn handle_mut<'a, T: Handle>(p: *mut T) -> Result<&'a mut T, tempalloc_error> {
+    if p.is_null() {
+        return Err(TEMPALLOC_ERROR_NULL_ARGUMENT);
+    }
+    // SAFETY: non-NULL and, by the caller, a handle of some kind.
+    if !unsafe { is_kind(p) } {
+        return Err(TEMPALLOC_ERROR_INVALID_HANDLE);
+    }
+    // SAFETY: a live handle of kind `T`, exclusive to us by the caller.
+    Ok(unsafe { &mut *p })
+}
 
 /// Stores `value` in `*out` when `out` is not NULL.
 ///
@@ -220,8 +404,9 @@ pub extern "C" fn tempalloc_config_default() -> tempalloc_config {
         max_bytes: c.max_bytes.unwrap_or(0),
         min_block_size: c.min_block_size,
         dedicated_threshold: c.dedicated_threshold.unwrap_or(0),
-        prefault: c.prefaults(),
-        huge_pages: c.uses_huge_pages(),
+        prefault: c.prefaults().into(),
+        huge_pages: c.uses_huge_pages().into(),
+        debug_checks: c.debug_checks.into(),
     }
 }
 
@@ -245,10 +430,10 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
     // SAFETY: the caller guarantees `config` is NULL or valid to read.
     let config = unsafe { config.as_ref() }.copied();
     let result = guard(|| {
-        let config = config.map_or_else(CachingConfig::default, tempalloc_config::to_config);
-        Ok(Box::into_raw(Box::new(tempalloc_allocator(
-            CachingAllocator::with_config(config),
-        ))))
+        let config = tempalloc_config::read(config)?;
+        Ok(tempalloc_allocator::new(CachingAllocator::with_config(
+            config,
+        )))
     });
     let mut handle = ptr::null_mut();
     let code = status(result, Some(&mut handle));
@@ -279,13 +464,14 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
 ) -> *mut tempalloc_allocator {
     // SAFETY: the caller guarantees both are NULL or valid to read; the
     // cache handle is only read through `&`, which concurrent calls share.
-    let (cache, config) = unsafe { (cache.as_ref(), config.as_ref().copied()) };
+    let (cache, config) = unsafe { (handle(cache), config.as_ref().copied()) };
     let result = guard(|| {
-        let cache = cache.ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)?;
-        let config = config.map_or_else(CachingConfig::default, tempalloc_config::to_config);
-        Ok(Box::into_raw(Box::new(tempalloc_allocator(
-            CachingAllocator::with_cache(Arc::clone(&cache.0), config),
-        ))))
+        let cache = &cache?.0.state;
+        let config = tempalloc_config::read(config)?;
+        Ok(tempalloc_allocator::new(CachingAllocator::with_cache(
+            Arc::clone(cache),
+            config,
+        )))
     });
     let mut handle = ptr::null_mut();
     let code = status(result, Some(&mut handle));
@@ -309,9 +495,16 @@ pub unsafe extern "C" fn tempalloc_allocator_destroy(alloc: *mut tempalloc_alloc
     if alloc.is_null() {
         return;
     }
+    // SAFETY: non-NULL, and by the caller a handle of some kind.
+    if !unsafe { is_kind(alloc) } {
+        // Not a live allocator (destroyed twice, or another kind of handle):
+        // freeing it would be worse than leaking it.
+        return;
+    }
     // SAFETY: non-NULL, made by `Box::into_raw` in a create function, and the
     // caller gives up the handle, so this is the only owner.
-    let alloc = unsafe { Box::from_raw(alloc) };
+    let mut alloc = unsafe { Box::from_raw(alloc) };
+    alloc.0.magic = DEAD_MAGIC;
     // A panic in a drop would be a bug; it must still not unwind into C.
     let _ = catch_unwind(AssertUnwindSafe(move || drop(alloc)));
 }
@@ -346,12 +539,12 @@ pub unsafe extern "C" fn tempalloc_allocate(
     // SAFETY: the caller guarantees `alloc` is NULL or live; concurrent
     // allocations only share it through `&`, which `CachingAllocator` (Sync)
     // supports.
-    let alloc = unsafe { alloc.as_ref() };
+    let alloc = unsafe { handle(alloc) };
     let result = guard(|| {
-        let alloc = alloc.ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)?;
+        let alloc = &alloc?.0;
         let layout = Layout::from_size_align(size, alignment)
             .map_err(|_| code(Error::layout(size, alignment)))?;
-        alloc.0.allocate(layout).map_err(code)
+        alloc.temp.allocate(layout).map_err(code)
     });
     let mut out = ptr::null_mut();
     let code = status(
@@ -377,10 +570,10 @@ pub unsafe extern "C" fn tempalloc_allocate(
 pub unsafe extern "C" fn tempalloc_reset(alloc: *mut tempalloc_allocator) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live and not used
     // elsewhere during the call, so a unique reference is sound.
-    let alloc = unsafe { alloc.as_mut() };
+    let alloc = unsafe { handle_mut(alloc) };
     status(
         guard(|| {
-            alloc.ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)?.0.reset();
+            alloc?.reset();
             Ok(())
         }),
         None,
@@ -400,10 +593,12 @@ pub unsafe extern "C" fn tempalloc_reset(alloc: *mut tempalloc_allocator) -> tem
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_release(alloc: *mut tempalloc_allocator) -> tempalloc_error {
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
-    let alloc = unsafe { alloc.as_mut() };
+    let alloc = unsafe { handle_mut(alloc) };
     status(
         guard(|| {
-            alloc.ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)?.0.release();
+            let alloc = &mut alloc?.0;
+            alloc.checkpoints.clear();
+            alloc.temp.release();
             Ok(())
         }),
         None,
@@ -427,14 +622,11 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
 ) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live (shared use is
     // fine) and `out` is NULL or writable and not aliased during the call.
-    let (alloc, out) = unsafe { (alloc.as_ref(), out.as_mut()) };
+    let (alloc, out) = unsafe { (handle(alloc), out.as_mut()) };
     let Some(out) = out else {
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
-    status(
-        guard(|| Ok(alloc.ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)?.0.stats().into())),
-        Some(out),
-    )
+    status(guard(|| Ok(alloc?.0.temp.stats().into())), Some(out))
 }
 
 /// Creates a block cache for several allocators (one per session or model)
@@ -457,9 +649,10 @@ pub unsafe extern "C" fn tempalloc_block_cache_create(
     let result = guard(|| {
         let limit = (max_bytes != 0).then_some(max_bytes);
         let cache = BlockCache::with_limits(max_cached_bytes, limit);
-        Ok(Box::into_raw(Box::new(tempalloc_block_cache(Arc::new(
-            cache,
-        )))))
+        Ok(Box::into_raw(Box::new(tempalloc_block_cache(Tagged {
+            magic: CACHE_MAGIC,
+            state: Arc::new(cache),
+        }))))
     });
     let mut handle = ptr::null_mut();
     let code = status(result, Some(&mut handle));
@@ -485,9 +678,15 @@ pub unsafe extern "C" fn tempalloc_block_cache_destroy(cache: *mut tempalloc_blo
     if cache.is_null() {
         return;
     }
+    // SAFETY: non-NULL, and by the caller a handle of some kind.
+    if !unsafe { is_kind(cache) } {
+        // Not a live cache: leave alone what we do not own.
+        return;
+    }
     // SAFETY: non-NULL, made by `Box::into_raw` in the create function, and
     // the caller gives up the handle, so this is the only owner of the box.
-    let cache = unsafe { Box::from_raw(cache) };
+    let mut cache = unsafe { Box::from_raw(cache) };
+    cache.0.magic = DEAD_MAGIC;
     let _ = catch_unwind(AssertUnwindSafe(move || drop(cache)));
 }
 
@@ -509,13 +708,8 @@ pub unsafe extern "C" fn tempalloc_block_cache_trim(
     error: *mut tempalloc_error,
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
-    let cache = unsafe { cache.as_ref() };
-    let result = guard(|| {
-        Ok(cache
-            .ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)?
-            .0
-            .trim(target_bytes))
-    });
+    let cache = unsafe { handle(cache) };
+    let result = guard(|| Ok(cache?.0.trim(target_bytes)));
     let mut freed = 0;
     let code = status(result, Some(&mut freed));
     // SAFETY: the caller guarantees `error` is NULL or writable.
@@ -558,14 +752,11 @@ pub unsafe extern "C" fn tempalloc_block_cache_stats(
 ) -> tempalloc_error {
     // SAFETY: the caller guarantees `cache` is NULL or live (shared use is
     // fine) and `out` is NULL or writable and not aliased during the call.
-    let (cache, out) = unsafe { (cache.as_ref(), out.as_mut()) };
+    let (cache, out) = unsafe { (handle(cache), out.as_mut()) };
     let Some(out) = out else {
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
-    status(
-        guard(|| Ok(cache.ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)?.0.stats().into())),
-        Some(out),
-    )
+    status(guard(|| Ok(cache?.0.stats().into())), Some(out))
 }
 
 /// Bytes in the cache's idle blocks now; 0 (and
@@ -583,13 +774,119 @@ pub unsafe extern "C" fn tempalloc_block_cache_idle_bytes(
     error: *mut tempalloc_error,
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
-    let cache = unsafe { cache.as_ref() };
-    let result = guard(|| Ok(cache.ok_or(TEMPALLOC_ERROR_NULL_ARGUMENT)?.0.idle_bytes()));
+    let cache = unsafe { handle(cache) };
+    let result = guard(|| Ok(cache?.0.idle_bytes()));
     let mut idle = 0;
     let code = status(result, Some(&mut idle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
     unsafe { put(error, code) };
     idle
+}
+
+/// Takes a checkpoint of `alloc` into `*out`: a later [`tempalloc_rewind`]
+/// with it recycles everything allocated after this call and keeps what
+/// came before (per-kernel recycling inside an inference). Checkpoints nest;
+/// rewinding to one consumes it and every checkpoint taken after it. A reset
+/// or release consumes them all. Makes no system allocation up to 8 open
+/// checkpoints. Returns [`TEMPALLOC_OK`], or [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
+/// (then `*out` is untouched).
+///
+/// Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`]:
+/// take it between kernels, not while workers allocate.
+///
+/// # Safety
+///
+/// `alloc` is NULL or a live handle, used by no other thread during the
+/// call; `out` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tempalloc_checkpoint(
+    alloc: *mut tempalloc_allocator,
+    out: *mut tempalloc_checkpoint_token,
+) -> tempalloc_error {
+    // SAFETY: the caller guarantees `alloc` is NULL or live and exclusive,
+    // and `out` NULL or writable and not aliased during the call.
+    let (alloc, out) = unsafe { (handle_mut(alloc), out.as_mut()) };
+    let Some(out) = out else {
+        return TEMPALLOC_ERROR_NULL_ARGUMENT;
+    };
+    status(
+        guard(|| {
+            let alloc = &mut alloc?.0;
+            let serial = alloc.next_serial;
+            alloc.next_serial += 1;
+            let depth = alloc.checkpoints.len();
+            let cp = alloc.temp.checkpoint();
+            alloc.checkpoints.push((serial, cp));
+            Ok(tempalloc_checkpoint_token {
+                allocator: alloc.id,
+                depth,
+                serial,
+            })
+        }),
+        Some(out),
+    )
+}
+
+/// Recycles everything `alloc` handed out since `checkpoint` was taken:
+/// those pointers become invalid, earlier ones stay valid. Consumes
+/// `checkpoint` and every checkpoint taken after it. Returns
+/// [`TEMPALLOC_OK`]; [`TEMPALLOC_ERROR_STALE_CHECKPOINT`] when the
+/// checkpoint was already consumed (by a rewind, reset or release) or
+/// belongs to another allocator, and then nothing changes;
+/// [`TEMPALLOC_ERROR_NULL_ARGUMENT`] for NULL.
+///
+/// Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`].
+///
+/// # Safety
+///
+/// `alloc` is NULL or a live handle, used by no other thread during the
+/// call. `checkpoint` may be any value.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tempalloc_rewind(
+    alloc: *mut tempalloc_allocator,
+    checkpoint: tempalloc_checkpoint_token,
+) -> tempalloc_error {
+    // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
+    let alloc = unsafe { handle_mut(alloc) };
+    status(
+        guard(|| {
+            let alloc = &mut alloc?.0;
+            let now = alloc.temp.stats().resets;
+            let known = checkpoint.allocator == alloc.id
+                && alloc
+                    .checkpoints
+                    .get(checkpoint.depth)
+                    .is_some_and(|(serial, _)| *serial == checkpoint.serial);
+            if !known {
+                return Err(code(Error::StaleCheckpoint { taken_at: now, now }));
+            }
+            // Inner checkpoints are consumed with it: rewinding past them.
+            alloc.checkpoints.truncate(checkpoint.depth + 1);
+            let (_, cp) = alloc.checkpoints.pop().ok_or(TEMPALLOC_ERROR_INTERNAL)?;
+            alloc.temp.rewind(cp).map_err(code)
+        }),
+        None,
+    )
+}
+
+/// Checks every buffer `alloc` handed out since the last reset for a write
+/// past its end, when the allocator was made with `debug_checks` = 1.
+/// Returns [`TEMPALLOC_OK`] (always, with the checks off), the first
+/// violation as [`TEMPALLOC_ERROR_CANARY_CORRUPTED`] (also counted in
+/// `tempalloc_stats::canary_violations`), or
+/// [`TEMPALLOC_ERROR_NULL_ARGUMENT`].
+///
+/// Thread safety: may run concurrently with [`tempalloc_allocate`]; not with
+/// reset, release, rewind or destroy.
+///
+/// # Safety
+///
+/// `alloc` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tempalloc_check(alloc: *const tempalloc_allocator) -> tempalloc_error {
+    // SAFETY: the caller guarantees `alloc` is NULL or live; shared use is fine.
+    let alloc = unsafe { handle(alloc) };
+    status(guard(|| alloc?.0.temp.check().map_err(code)), None)
 }
 
 /// A static, NUL-terminated English description of `code` (never NULL, never
@@ -608,11 +905,17 @@ pub extern "C" fn tempalloc_error_message(code: tempalloc_error) -> *const c_cha
             c"budget exceeded: the request would pass the hard limit"
         }
         TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR => c"no temp allocator",
-        TEMPALLOC_ERROR_STALE_CHECKPOINT => c"stale checkpoint",
+        TEMPALLOC_ERROR_STALE_CHECKPOINT => {
+            c"stale checkpoint: consumed by a reset, release or rewind, or another allocator's"
+        }
         TEMPALLOC_ERROR_CANARY_CORRUPTED => {
             c"canary corrupted: a write ran past the end of a scratch buffer"
         }
         TEMPALLOC_ERROR_INTERNAL => c"internal error: a panic was caught in tempalloc (a bug)",
+        TEMPALLOC_ERROR_INVALID_ARGUMENT => c"invalid argument: a flag field is neither 0 nor 1",
+        TEMPALLOC_ERROR_INVALID_HANDLE => {
+            c"invalid handle: destroyed, or not a handle of this kind (debug builds)"
+        }
         _ => c"unknown tempalloc error code",
     };
     message.as_ptr()
@@ -675,7 +978,7 @@ mod tests {
             assert!(!seen.contains(&expected), "code {expected} used twice");
             seen.push(expected);
         }
-        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_INTERNAL {
+        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_INVALID_HANDLE {
             assert_ne!(message(c), "unknown tempalloc error code", "code {c}");
         }
         assert_eq!(message(-1), "unknown tempalloc error code");
@@ -685,23 +988,24 @@ mod tests {
     #[test]
     fn config_default_round_trips() {
         let c = tempalloc_config_default();
-        assert_eq!(c.to_config(), CachingConfig::default());
+        assert_eq!(c.to_config(), Ok(CachingConfig::default()));
         let zeroed = tempalloc_config {
             max_cached_bytes: 0,
             max_bytes: 0,
             min_block_size: 0,
             dedicated_threshold: 0,
-            prefault: false,
-            huge_pages: false,
+            prefault: 0,
+            huge_pages: 0,
+            debug_checks: c.debug_checks,
         };
-        assert_eq!(zeroed.to_config(), CachingConfig::default());
+        assert_eq!(zeroed.to_config(), Ok(CachingConfig::default()));
         let custom = tempalloc_config {
             max_bytes: 1 << 20,
             dedicated_threshold: 8 << 20,
-            prefault: true,
+            prefault: 1,
             ..c
         };
-        let config = custom.to_config();
+        let config = custom.to_config().unwrap();
         assert_eq!(config.max_bytes, Some(1 << 20));
         assert_eq!(config.dedicated_threshold, Some(8 << 20));
         assert!(config.prefaults());

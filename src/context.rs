@@ -14,16 +14,22 @@ use crate::{Error, TempAllocator};
 /// The context a runtime hands a kernel on every execute call: a temp
 /// allocator (or none) and the kernel's failure state.
 ///
+/// There is one context type for every kernel. Every [`TempAllocator`] is
+/// `Sync`, and so is the context: a kernel may hand `&KernelContext` to its
+/// worker threads (scoped threads, a rayon pool), and each takes its own
+/// scratch; [`fail`](Self::fail) from any of them is kept. Kernels call other
+/// kernels with the same `ctx`. Runtimes make a context with
+/// [`with_context`], [`Frame::kernel`](crate::Frame::kernel) or
+/// [`new`](Self::new).
+///
 /// Scratch slices borrow the allocator for `'a`, and the runtime can only
 /// [`reset`](TempAllocator::reset) it once every context and slice is gone.
 ///
 /// ```
-/// use tempalloc::{KernelContext, MallocAllocator, TempAllocator};
+/// use tempalloc::{with_context, Error, KernelContext, MallocAllocator};
 ///
-/// fn softmax_kernel(ctx: &KernelContext, x: &mut [f32]) {
-///     let Ok(tmp) = ctx.scratch::<f32>(x.len()) else {
-///         return ctx.fail(tempalloc::Error::NoTempAllocator);
-///     };
+/// fn softmax_kernel(ctx: &KernelContext, x: &mut [f32]) -> Result<(), Error> {
+///     let tmp = ctx.scratch::<f32>(x.len())?;
 ///     let max = x.iter().copied().fold(f32::MIN, f32::max);
 ///     for (t, v) in tmp.iter_mut().zip(x.iter()) {
 ///         *t = (v - max).exp();
@@ -32,13 +38,36 @@ use crate::{Error, TempAllocator};
 ///     for (v, t) in x.iter_mut().zip(tmp.iter()) {
 ///         *v = t / sum;
 ///     }
+///     Ok(())
 /// }
 ///
 /// let mut temp = MallocAllocator::new();
 /// let mut x = [1.0, 2.0, 3.0];
-/// softmax_kernel(&KernelContext::new(&temp), &mut x);
-/// temp.reset();
+/// with_context(&mut temp, |ctx| softmax_kernel(ctx, &mut x))?;
 /// assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+/// # Ok::<(), Error>(())
+/// ```
+///
+/// Worker threads share the context:
+///
+/// ```
+/// use tempalloc::{with_context, CachingAllocator, Error, KernelContext};
+///
+/// fn threaded(ctx: &KernelContext) -> Result<u32, Error> {
+///     std::thread::scope(|s| {
+///         let workers: Vec<_> = (0..2u32)
+///             .map(|w| s.spawn(move || -> Result<u32, Error> {
+///                 let tile = ctx.scratch_fill(256, w)?;
+///                 Ok(tile.iter().sum())
+///             }))
+///             .collect();
+///         workers.into_iter().map(|h| h.join().unwrap()).sum()
+///     })
+/// }
+///
+/// let mut temp = CachingAllocator::new();
+/// assert_eq!(with_context(&mut temp, threaded)?, 256);
+/// # Ok::<(), Error>(())
 /// ```
 ///
 /// A slice cannot be used after the reset that recycles it:
@@ -63,33 +92,15 @@ use crate::{Error, TempAllocator};
 /// temp.reset(); // error: `temp` is borrowed by `ctx`
 /// let _ = ctx.allocate_temp(8, 8);
 /// ```
-pub struct KernelContext<'a, A: ?Sized + TempAllocator + 'a = dyn TempAllocator + 'a> {
-    temp: Option<&'a A>,
+pub struct KernelContext<'a> {
+    temp: Option<&'a dyn TempAllocator>,
     failure: OnceLock<Error>,
 }
 
-/// A [`KernelContext`] that worker threads of one kernel can share: its
-/// allocator is `Sync` (such as `CachingAllocator` or [`MallocAllocator`](crate::MallocAllocator)),
-/// so `&SyncKernelContext` crosses threads and each worker takes its own
-/// scratch.
-///
-/// ```
-/// use tempalloc::{MallocAllocator, SyncKernelContext};
-///
-/// let temp = MallocAllocator::new();
-/// let ctx = SyncKernelContext::new_sync(&temp);
-/// std::thread::scope(|s| {
-///     for worker in 0..2u8 {
-///         let ctx = &ctx;
-///         s.spawn(move || {
-///             let tile = ctx.scratch::<u8>(1024).unwrap();
-///             tile.fill(worker);
-///             assert!(tile.iter().all(|&b| b == worker));
-///         });
-///     }
-/// });
-/// ```
-pub type SyncKernelContext<'a> = KernelContext<'a, dyn TempAllocator + Sync + 'a>;
+/// The context worker threads share: the same type as [`KernelContext`],
+/// which every kernel can now share with its workers.
+#[deprecated(since = "0.2.0", note = "use `KernelContext`: it is `Sync`")]
+pub type SyncKernelContext<'a> = KernelContext<'a>;
 
 impl<'a> KernelContext<'a> {
     /// A context whose scratch comes from `temp`.
@@ -120,28 +131,26 @@ impl<'a> KernelContext<'a> {
     pub fn without_temp() -> Self {
         Self::from_ref(None)
     }
-}
 
-impl<'a> SyncKernelContext<'a> {
-    /// A context that worker threads may share, over a `Sync` allocator.
+    /// The same as [`new`](Self::new), kept for code written against
+    /// `SyncKernelContext`.
     ///
     /// ```
-    /// use tempalloc::{MallocAllocator, SyncKernelContext};
+    /// # #![allow(deprecated)]
+    /// use tempalloc::{KernelContext, MallocAllocator};
     ///
     /// let temp = MallocAllocator::new();
-    /// let ctx = SyncKernelContext::new_sync(&temp);
-    /// assert_eq!(ctx.scratch::<f64>(2)?, &[0.0, 0.0]);
+    /// assert_eq!(KernelContext::new_sync(&temp).scratch::<f64>(2)?, &[0.0, 0.0]);
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
+    #[deprecated(since = "0.2.0", note = "use `KernelContext::new`")]
     #[inline]
-    pub fn new_sync(temp: &'a (dyn TempAllocator + Sync)) -> Self {
-        Self::from_ref(Some(temp))
+    pub fn new_sync(temp: &'a dyn TempAllocator) -> Self {
+        Self::new(temp)
     }
-}
 
-impl<'a, A: ?Sized + TempAllocator + 'a> KernelContext<'a, A> {
     #[inline]
-    fn from_ref(temp: Option<&'a A>) -> Self {
+    fn from_ref(temp: Option<&'a dyn TempAllocator>) -> Self {
         KernelContext {
             temp,
             failure: OnceLock::new(),
@@ -157,7 +166,7 @@ impl<'a, A: ?Sized + TempAllocator + 'a> KernelContext<'a, A> {
     /// assert!(KernelContext::without_temp().temp().is_none());
     /// ```
     #[inline]
-    pub fn temp(&self) -> Option<&'a A> {
+    pub fn temp(&self) -> Option<&'a dyn TempAllocator> {
         self.temp
     }
 
@@ -278,14 +287,152 @@ impl<'a, A: ?Sized + TempAllocator + 'a> KernelContext<'a, A> {
         }
     }
 
+    /// `len` elements of `T`, zeroed, aligned to the larger of `align` and
+    /// `align_of::<T>()`: a 64 B SIMD tile or a 4096 B page-aligned panel of
+    /// `f32` without a wrapper type.
+    ///
+    /// ```
+    /// use tempalloc::{KernelContext, MallocAllocator};
+    ///
+    /// let temp = MallocAllocator::new();
+    /// let ctx = KernelContext::new(&temp);
+    /// let panel = ctx.scratch_aligned::<f32>(1000, 64)?;
+    /// assert_eq!(panel.as_ptr() as usize % 64, 0);
+    /// assert!(panel.iter().all(|&x| x == 0.0));
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidAlignment`] when `align` is not a power of two, else
+    /// as [`scratch_uninit`](Self::scratch_uninit).
+    #[inline]
+    pub fn scratch_aligned<T: Zeroable>(
+        &self,
+        len: usize,
+        align: usize,
+    ) -> Result<&'a mut [T], Error> {
+        if !align.is_power_of_two() {
+            return Err(Error::InvalidAlignment { align });
+        }
+        let align = align.max(align_of::<T>());
+        let size = len.saturating_mul(size_of::<T>());
+        let layout = Layout::array::<T>(len)
+            .and_then(|l| l.align_to(align))
+            .map_err(|_| Error::SizeOverflow { size, align })?;
+        let ptr = self.allocate(layout)?.cast::<T>().as_ptr();
+        // SAFETY: room for `len` values of `T` at `ptr`, aligned (to more
+        // than `T` needs), exclusive to us for `'a`; all-zero bytes are a
+        // valid `T` (`T: Zeroable`), so after the write every element is
+        // initialised.
+        unsafe {
+            ptr.write_bytes(0, len);
+            Ok(core::slice::from_raw_parts_mut(ptr, len))
+        }
+    }
+
+    /// A copy of `src` in scratch, aligned to `align_of::<T>()`.
+    ///
+    /// ```
+    /// use tempalloc::{KernelContext, MallocAllocator};
+    ///
+    /// let temp = MallocAllocator::new();
+    /// let ctx = KernelContext::new(&temp);
+    /// let x = ctx.scratch_copy(&[3.0f32, 1.0, 2.0])?;
+    /// x.sort_by(f32::total_cmp);
+    /// assert_eq!(x, &[1.0, 2.0, 3.0]);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`scratch_uninit`](Self::scratch_uninit).
+    #[inline]
+    pub fn scratch_copy<T: Copy>(&self, src: &[T]) -> Result<&'a mut [T], Error> {
+        let dst = self.scratch_uninit::<T>(src.len())?;
+        for (d, s) in dst.iter_mut().zip(src) {
+            d.write(*s);
+        }
+        // SAFETY: every element was written just above.
+        Ok(unsafe { assume_init(dst) })
+    }
+
+    /// `len` copies of `value`, aligned to `align_of::<T>()`.
+    ///
+    /// ```
+    /// use tempalloc::{KernelContext, MallocAllocator};
+    ///
+    /// let temp = MallocAllocator::new();
+    /// let ctx = KernelContext::new(&temp);
+    /// assert_eq!(ctx.scratch_fill(3, f32::NEG_INFINITY)?, &[f32::NEG_INFINITY; 3]);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`scratch_uninit`](Self::scratch_uninit).
+    #[inline]
+    pub fn scratch_fill<T: Copy>(&self, len: usize, value: T) -> Result<&'a mut [T], Error> {
+        self.scratch_with(len, |_| value)
+    }
+
+    /// `len` elements, element `i` being `f(i)`, aligned to
+    /// `align_of::<T>()`. `f` runs in index order.
+    ///
+    /// ```
+    /// use tempalloc::{KernelContext, MallocAllocator};
+    ///
+    /// let temp = MallocAllocator::new();
+    /// let ctx = KernelContext::new(&temp);
+    /// assert_eq!(ctx.scratch_with(4, |i| (i * i) as u16)?, &[0, 1, 4, 9]);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`scratch_uninit`](Self::scratch_uninit).
+    #[inline]
+    pub fn scratch_with<T: Copy>(
+        &self,
+        len: usize,
+        mut f: impl FnMut(usize) -> T,
+    ) -> Result<&'a mut [T], Error> {
+        let dst = self.scratch_uninit::<T>(len)?;
+        for (i, d) in dst.iter_mut().enumerate() {
+            d.write(f(i));
+        }
+        // SAFETY: every element was written just above (a panic in `f`
+        // leaves before this line, and `T: Copy` has nothing to drop).
+        Ok(unsafe { assume_init(dst) })
+    }
+
+    /// `result`, unless the kernel recorded a failure, which wins: the
+    /// fold every runtime entry point does.
+    #[inline]
+    pub(crate) fn finish<R>(&self, result: Result<R, Error>) -> Result<R, Error> {
+        match self.failure() {
+            Some(e) => Err(e),
+            None => result,
+        }
+    }
+
     /// Records that the kernel failed, so the runtime can see why without a
-    /// panic. The first failure is kept; later ones are ignored.
+    /// panic; [`with_context`] and [`Frame::kernel`](crate::Frame::kernel)
+    /// return it. The first failure is kept; later ones are ignored. Worker
+    /// threads may call it at once.
     ///
     /// ```
     /// use tempalloc::{Error, KernelContext};
     ///
+    /// fn kernel(ctx: &KernelContext, n: usize) {
+    ///     // A kernel that returns nothing reports through the context.
+    ///     if let Err(e) = ctx.scratch::<f32>(n) {
+    ///         return ctx.fail(e);
+    ///     }
+    /// }
+    ///
     /// let ctx = KernelContext::without_temp();
-    /// ctx.fail(Error::NoTempAllocator);
+    /// kernel(&ctx, 16);
     /// ctx.fail(Error::InvalidAlignment { align: 3 });
     /// assert_eq!(ctx.failure(), Some(Error::NoTempAllocator));
     /// ```
@@ -308,7 +455,7 @@ impl<'a, A: ?Sized + TempAllocator + 'a> KernelContext<'a, A> {
     }
 }
 
-impl<A: ?Sized + TempAllocator> fmt::Debug for KernelContext<'_, A> {
+impl fmt::Debug for KernelContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KernelContext")
             .field("has_temp", &self.temp.is_some())
@@ -318,50 +465,118 @@ impl<A: ?Sized + TempAllocator> fmt::Debug for KernelContext<'_, A> {
 }
 
 /// A context is an [`allocator_api2`] allocator, so kernels can build
-/// collections in scratch. `deallocate` does nothing: the reset recycles.
+/// collections in scratch ([`ScratchVec`]). `deallocate` does nothing: the
+/// reset recycles. A refused request is recorded with
+/// [`fail`](KernelContext::fail) before `AllocError` is returned, so the real
+/// error (budget, alignment, out of memory) reaches the runtime.
 ///
 /// ```
-/// use allocator_api2::vec::Vec;
-/// use tempalloc::{KernelContext, MallocAllocator};
+/// use tempalloc::{KernelContext, MallocAllocator, ScratchVec};
 ///
 /// let temp = MallocAllocator::new();
 /// let ctx = KernelContext::new(&temp);
-/// let mut v = Vec::new_in(&ctx);
+/// let mut v = ScratchVec::new_in(&ctx);
 /// v.extend(0..1000u32);
 /// assert_eq!(v.iter().sum::<u32>(), 499_500);
 /// ```
 // SAFETY: memory from `allocate` stays valid for `'a`, which outlives every
 // `&KernelContext<'a>` (the allocator type here) and so every clone of it;
 // `deallocate` keeps it valid too, which the trait allows.
-unsafe impl<A: ?Sized + TempAllocator> Allocator for &KernelContext<'_, A> {
+unsafe impl Allocator for &KernelContext<'_> {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        KernelContext::allocate(self, layout).map_err(|_| AllocError)
+        KernelContext::allocate(self, layout).map_err(|e| {
+            self.fail(e);
+            AllocError
+        })
     }
 
     #[inline]
     unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
 }
 
-/// The runtime's per-execute pattern in one call: makes a context over
-/// `temp`, runs `f` with it, resets `temp` and returns what `f` returned.
+/// A `Vec` whose buffer is scratch from a kernel's context
+/// (`allocator_api2::vec::Vec<T, &KernelContext>`), aligned to
+/// `align_of::<T>()`. Growing it leaves the old buffer in scratch until the
+/// reset: reserve the final length up front when you know it.
+///
+/// Like every `Vec`, `push`, `extend` and `reserve` **abort the process**
+/// when memory cannot be had. Use `try_reserve` (then `push` within the
+/// reserved capacity) where the budget may run out; the context records the
+/// real error, so the runtime gets it:
 ///
 /// ```
-/// use tempalloc::{with_context, MallocAllocator, TempAllocator};
+/// use tempalloc::{with_context, BumpAllocator, Error, KernelContext, ScratchVec};
+///
+/// fn collect(ctx: &KernelContext, n: usize) -> Result<usize, Error> {
+///     let mut v = ScratchVec::new_in(ctx);
+///     // `try_reserve` says only that it failed; the context recorded why
+///     // (a capacity overflow never reaches the allocator: a size overflow).
+///     v.try_reserve(n).map_err(|_| {
+///         let size = n.saturating_mul(size_of::<u32>());
+///         ctx.failure().unwrap_or(Error::SizeOverflow { size, align: align_of::<u32>() })
+///     })?;
+///     v.extend((0..n).map(|i| i as u32)); // within capacity: no allocation
+///     Ok(v.len())
+/// }
+///
+/// let mut temp = BumpAllocator::with_limit(64 * 1024);
+/// assert_eq!(with_context(&mut temp, |ctx| collect(ctx, 100))?, 100);
+/// let err = with_context(&mut temp, |ctx| collect(ctx, 1 << 20)).unwrap_err();
+/// assert!(matches!(err, Error::BudgetExceeded { requested: 4194304, .. }));
+/// # Ok::<(), Error>(())
+/// ```
+pub type ScratchVec<'c, T> = allocator_api2::vec::Vec<T, &'c KernelContext<'c>>;
+
+/// The runtime's per-execute pattern in one call: makes a context over
+/// `temp`, runs `f` with it, resets `temp` and returns `f`'s result, except
+/// that a failure the kernel recorded with [`KernelContext::fail`] (from any
+/// thread) wins over an `Ok`: no error is lost.
+///
+/// ```
+/// use tempalloc::{with_context, Error, MallocAllocator, TempAllocator};
 ///
 /// let mut temp = MallocAllocator::new();
 /// for step in 0..3 {
 ///     let sum = with_context(&mut temp, |ctx| {
-///         let x = ctx.scratch::<u32>(100).unwrap();
+///         let x = ctx.scratch::<u32>(100)?;
 ///         x.iter_mut().enumerate().for_each(|(i, v)| *v = i as u32 + step);
-///         x.iter().sum::<u32>()
-///     });
+///         Ok(x.iter().sum::<u32>())
+///     })?;
 ///     assert_eq!(sum, 4950 + 100 * step);
 /// }
 /// assert_eq!(temp.stats().resets, 3);
+///
+/// // A recorded failure is returned even when the kernel says `Ok`.
+/// let r = with_context(&mut temp, |ctx| {
+///     ctx.fail(Error::InvalidAlignment { align: 3 });
+///     Ok(())
+/// });
+/// assert_eq!(r, Err(Error::InvalidAlignment { align: 3 }));
+/// # Ok::<(), Error>(())
 /// ```
-pub fn with_context<R>(temp: &mut dyn TempAllocator, f: impl FnOnce(&KernelContext<'_>) -> R) -> R {
-    let result = f(&KernelContext::new(temp));
+///
+/// # Errors
+///
+/// The kernel's recorded failure, else what `f` returns.
+pub fn with_context<R>(
+    temp: &mut dyn TempAllocator,
+    f: impl FnOnce(&KernelContext<'_>) -> Result<R, Error>,
+) -> Result<R, Error> {
+    let result = {
+        let ctx = KernelContext::new(temp);
+        ctx.finish(f(&ctx))
+    };
     temp.reset();
     result
+}
+
+/// # Safety
+///
+/// Every element of `s` is initialised.
+#[inline]
+unsafe fn assume_init<T>(s: &mut [MaybeUninit<T>]) -> &mut [T] {
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and the caller promises
+    // every element is initialised.
+    unsafe { &mut *(core::ptr::from_mut(s) as *mut [T]) }
 }

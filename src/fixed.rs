@@ -4,10 +4,10 @@
 //! Only `core` is used here, so the module builds unchanged under `no_std`.
 
 use core::alloc::Layout;
-use core::cell::Cell;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
@@ -24,13 +24,13 @@ use crate::{Error, Stats, TempAllocator};
 /// touched. [`checkpoint`](Self::checkpoint) and [`rewind`](Self::rewind)
 /// give back everything taken after a point.
 ///
-/// `Send`, not `Sync`: the cursor and counters are plain `Cell`s. A `Sync`
-/// version (a compare-and-swap cursor and atomic counters) runs about the
-/// same number of instructions, but four of them are locked
-/// read-modify-writes: about 3x the time per request on one thread, paid by
-/// every single-threaded kernel, and its 64-bit counters have no atomics on
-/// Cortex-M4. See the `FixedAllocator` section of
-/// `docs/design.md` for the measurement.
+/// `Send` and `Sync`, as every `TempAllocator` is, so worker threads may share
+/// a kernel's context: the cursor moves by compare-and-swap and the per-window
+/// counters by atomic adds (word-sized, so Cortex-M4 has them; 64-bit totals
+/// are folded in at reset and rewind, through `&mut`). That costs a few locked
+/// instructions a request on one thread; see the `FixedAllocator` section of
+/// `docs/design.md`. Targets without compare-and-swap (Cortex-M0) cannot
+/// build it.
 ///
 /// ```
 /// use core::mem::MaybeUninit;
@@ -56,15 +56,19 @@ pub struct FixedAllocator<'buf> {
     capacity: usize,
     /// Bytes used from `base`: everything below is handed out (or padding),
     /// everything above is free. Invariant: `cursor <= capacity`.
-    cursor: Cell<usize>,
-    /// Requests served and their bytes, since creation.
-    allocations: Cell<u64>,
-    bytes_requested: Cell<u64>,
+    cursor: AtomicUsize,
+    /// Requests served since the last reset or rewind (folded into
+    /// `allocations` then).
+    count: AtomicUsize,
+    /// Requests served, and bytes requested and no longer live, up to the
+    /// last fold.
+    allocations: u64,
+    bytes_requested: u64,
     /// Bytes requested since the last reset (or up to the last rewind).
-    live: Cell<usize>,
+    live: AtomicUsize,
     /// The most bytes live in the current window, not counting `live` itself
     /// (folded in at rewind, reset and `stats`, off the fast path).
-    window_max: Cell<usize>,
+    window_max: AtomicUsize,
     /// The most bytes live in the window that ended at the last reset.
     last_window_max: usize,
     /// The most bytes live in any ended window.
@@ -77,9 +81,13 @@ pub struct FixedAllocator<'buf> {
 }
 
 // SAFETY: the allocator owns an exclusive borrow of the buffer (a
-// `&'buf mut [MaybeUninit<u8>]`, which is `Send`) and `Cell`s of plain
-// integers; nothing in it is tied to the creating thread.
+// `&'buf mut [MaybeUninit<u8>]`, which is `Send`) and atomics; nothing in it
+// is tied to the creating thread.
 unsafe impl Send for FixedAllocator<'_> {}
+
+// SAFETY: through `&self` the buffer is only carved, by compare-and-swap on
+// the cursor, so each byte range goes to one caller; `base` is only read.
+unsafe impl Sync for FixedAllocator<'_> {}
 
 /// A position in a [`FixedAllocator`] to [`rewind`](FixedAllocator::rewind)
 /// to: everything allocated after it is given back at once.
@@ -134,11 +142,12 @@ impl<'buf> FixedAllocator<'buf> {
         FixedAllocator {
             base,
             capacity,
-            cursor: Cell::new(0),
-            allocations: Cell::new(0),
-            bytes_requested: Cell::new(0),
-            live: Cell::new(0),
-            window_max: Cell::new(0),
+            cursor: AtomicUsize::new(0),
+            count: AtomicUsize::new(0),
+            allocations: 0,
+            bytes_requested: 0,
+            live: AtomicUsize::new(0),
+            window_max: AtomicUsize::new(0),
             last_window_max: 0,
             high_water: 0,
             resets: 0,
@@ -179,7 +188,7 @@ impl<'buf> FixedAllocator<'buf> {
     #[inline]
     #[must_use]
     pub fn used(&self) -> usize {
-        self.cursor.get()
+        self.cursor.load(Relaxed)
     }
 
     /// The current position, to [`rewind`](Self::rewind) to later.
@@ -199,8 +208,8 @@ impl<'buf> FixedAllocator<'buf> {
             id: self.id,
             base: self.base.as_ptr().addr(),
             capacity: self.capacity,
-            cursor: self.cursor.get(),
-            live: self.live.get(),
+            cursor: self.cursor.load(Relaxed),
+            live: self.live.load(Relaxed),
             resets: self.resets,
         }
     }
@@ -246,16 +255,23 @@ impl<'buf> FixedAllocator<'buf> {
             });
         }
         self.fold_window();
+        self.fold_counts(checkpoint.live);
         *self.cursor.get_mut() = checkpoint.cursor;
-        *self.live.get_mut() = checkpoint.live;
         Ok(())
     }
 
     /// Folds the bytes live now into the current window's maximum.
     #[inline]
     fn fold_window(&self) {
-        self.window_max
-            .set(self.window_max.get().max(self.live.get()));
+        self.window_max.fetch_max(self.live.load(Relaxed), Relaxed);
+    }
+
+    /// Folds the window's counters into the totals, down to `keep_live`
+    /// live bytes.
+    fn fold_counts(&mut self, keep_live: usize) {
+        let live = core::mem::replace(self.live.get_mut(), keep_live);
+        self.bytes_requested += (live - keep_live) as u64;
+        self.allocations += core::mem::take(self.count.get_mut()) as u64;
     }
 
     /// Why `layout` does not fit: the buffer is full.
@@ -264,7 +280,7 @@ impl<'buf> FixedAllocator<'buf> {
     fn full(&self, layout: Layout) -> Error {
         Error::BudgetExceeded {
             requested: layout.size(),
-            held: self.cursor.get(),
+            held: self.cursor.load(Relaxed),
             limit: self.capacity,
         }
     }
@@ -273,7 +289,7 @@ impl<'buf> FixedAllocator<'buf> {
     #[cold]
     #[inline(never)]
     fn zero_sized(&self, layout: Layout) -> NonNull<[u8]> {
-        self.allocations.set(self.allocations.get() + 1);
+        self.count.fetch_add(1, Relaxed);
         dangling(layout)
     }
 }
@@ -310,27 +326,34 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
         if size == 0 {
             return Ok(self.zero_sized(layout));
         }
-        let cursor = self.cursor.get();
-        debug_assert!(cursor <= self.capacity);
-        // Padding that aligns the address `base + cursor` (not the offset).
-        let pad = self
-            .base
-            .as_ptr()
-            .addr()
-            .wrapping_add(cursor)
-            .wrapping_neg()
-            & (layout.align() - 1);
-        // `Layout` keeps `size + align - 1 <= isize::MAX`, and `pad < align`,
-        // so `pad + size` does not overflow.
-        if pad + size > self.capacity - cursor {
-            return Err(self.full(layout));
-        }
-        let start = cursor + pad;
-        self.cursor.set(start + size);
-        self.allocations.set(self.allocations.get() + 1);
-        self.bytes_requested
-            .set(self.bytes_requested.get() + size as u64);
-        self.live.set(self.live.get() + size);
+        let mut cursor = self.cursor.load(Relaxed);
+        let start = loop {
+            debug_assert!(cursor <= self.capacity);
+            // Padding that aligns the address `base + cursor` (not the offset).
+            let pad = self
+                .base
+                .as_ptr()
+                .addr()
+                .wrapping_add(cursor)
+                .wrapping_neg()
+                & (layout.align() - 1);
+            // `Layout` keeps `size + align - 1 <= isize::MAX`, and `pad <
+            // align`, so `pad + size` does not overflow.
+            if pad + size > self.capacity - cursor {
+                return Err(self.full(layout));
+            }
+            let start = cursor + pad;
+            // Whoever moves the cursor past a range owns it.
+            match self
+                .cursor
+                .compare_exchange_weak(cursor, start + size, Relaxed, Relaxed)
+            {
+                Ok(_) => break start,
+                Err(now) => cursor = now,
+            }
+        };
+        self.count.fetch_add(1, Relaxed);
+        self.live.fetch_add(size, Relaxed);
         // SAFETY: `start + size <= capacity`, so `base + start` is inside the
         // buffer (or one past its end, impossible here as `size > 0`).
         let ptr = unsafe { self.base.add(start) };
@@ -340,21 +363,21 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
 
     fn reset(&mut self) {
         self.fold_window();
+        self.fold_counts(0);
         let window = *self.window_max.get_mut();
         self.last_window_max = window;
         self.high_water = self.high_water.max(window);
         *self.window_max.get_mut() = 0;
-        *self.live.get_mut() = 0;
         *self.cursor.get_mut() = 0;
         self.resets += 1;
     }
 
     fn stats(&self) -> Stats {
-        let live = self.live.get();
-        let window = self.window_max.get().max(live);
+        let live = self.live.load(Relaxed);
+        let window = self.window_max.load(Relaxed).max(live);
         Stats {
-            allocations: self.allocations.get(),
-            bytes_requested: self.bytes_requested.get(),
+            allocations: self.allocations + self.count.load(Relaxed) as u64,
+            bytes_requested: self.bytes_requested + live as u64,
             resets: self.resets,
             // The whole buffer is held from the start; none of it from the
             // system.

@@ -3,8 +3,9 @@
 //! A runtime owns a [`TempAllocator`] and hands each kernel a
 //! [`KernelContext`]; the kernel takes scratch from it (bytes with
 //! [`allocate_temp`](KernelContext::allocate_temp), typed slices with
-//! [`scratch`](KernelContext::scratch), or collections through the
-//! [`allocator_api2`] `Allocator` impl) and never frees anything. When the
+//! [`scratch`](KernelContext::scratch) and
+//! [`scratch_aligned`](KernelContext::scratch_aligned), or collections such as
+//! [`ScratchVec`]) and never frees anything. When the
 //! kernel or the inference ends the runtime calls
 //! [`reset`](TempAllocator::reset), which recycles every buffer at once.
 //! Because `reset` takes `&mut self`, using a buffer after the reset that
@@ -21,29 +22,32 @@
 //!   [`trace::Trace`] that [`trace`] can write, read, generate and replay.
 //!
 //! ```
-//! use tempalloc::{with_context, KernelContext, MallocAllocator, TempAllocator};
+//! use tempalloc::{with_context, Error, KernelContext, MallocAllocator, TempAllocator};
 //!
-//! // A kernel: takes scratch from the context, reports failure through it.
-//! fn row_sums(ctx: &KernelContext, rows: &[[f32; 4]]) -> f32 {
-//!     let Ok(sums) = ctx.scratch::<f32>(rows.len()) else {
-//!         ctx.fail(tempalloc::Error::NoTempAllocator);
-//!         return 0.0;
-//!     };
+//! // A kernel: takes scratch from the context, returns the real error.
+//! fn row_sums(ctx: &KernelContext, rows: &[[f32; 4]]) -> Result<f32, Error> {
+//!     let sums = ctx.scratch::<f32>(rows.len())?;
 //!     for (s, row) in sums.iter_mut().zip(rows) {
 //!         *s = row.iter().sum();
 //!     }
-//!     sums.iter().sum()
+//!     Ok(sums.iter().sum())
 //! }
 //!
 //! // A runtime: one context per execute call, one reset after it.
 //! let mut temp = MallocAllocator::new();
 //! let rows = [[1.0; 4]; 8];
 //! for _inference in 0..3 {
-//!     let total = with_context(&mut temp, |ctx| row_sums(ctx, &rows));
+//!     let total = with_context(&mut temp, |ctx| row_sums(ctx, &rows))?;
 //!     assert_eq!(total, 32.0);
 //! }
 //! assert_eq!(temp.stats().resets, 3);
+//! # Ok::<(), Error>(())
 //! ```
+//!
+//! With a [`Rewind`] allocator such as [`CachingAllocator`], a runtime runs
+//! each inference in a [`Frame`] and each kernel in a kernel frame, so
+//! inference-long scratch (activations) survives the per-kernel recycling
+//! without `unsafe`; see [`CachingAllocator::frame`].
 #![deny(
     missing_docs,
     unsafe_op_in_unsafe_fn,
@@ -62,23 +66,35 @@ mod context;
 mod dyn_stack;
 mod error;
 mod fixed;
+mod frame;
 pub use fixed::{FixedAllocator, FixedCheckpoint};
 mod malloc;
 mod os;
 mod recording;
 mod stats;
 mod temp;
+pub mod testing;
 pub mod trace;
 
 pub use block_cache::{BlockCache, CacheStats};
 pub use bump::BumpAllocator;
 pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
-pub use context::{KernelContext, SyncKernelContext, with_context};
+#[allow(deprecated)]
+pub use context::SyncKernelContext;
+pub use context::{KernelContext, ScratchVec, with_context};
 pub use error::Error;
-pub use malloc::MallocAllocator;
+pub use frame::{Frame, Rewind};
+pub use malloc::{MallocAllocator, MallocCheckpoint};
 pub use recording::{RecordedCheckpoint, RecordingAllocator};
 pub use stats::Stats;
 pub use temp::TempAllocator;
+
+/// The `Allocator` trait [`ScratchVec`] and the `&KernelContext` allocator
+/// use, re-exported so a user needs no version match.
+pub use allocator_api2;
+/// The marker for types whose all-zero bytes are valid, which
+/// [`KernelContext::scratch`] needs (from `bytemuck`).
+pub use bytemuck::Zeroable;
 
 // The README's example compiles and runs as a doctest, so it cannot rot.
 #[cfg(doctest)]

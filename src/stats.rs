@@ -58,14 +58,17 @@ impl fmt::Display for Stats {
         write!(
             f,
             "{} allocations ({} B requested), {} resets, {} system allocations, {} system frees, \
-             {} B held, {} B high water, {} cache hits, {} cache misses, {} canary violations",
+             {} B held, {} B live, {} B high water ({} B window high water), {} cache hits, \
+             {} cache misses, {} canary violations",
             self.allocations,
             self.bytes_requested,
             self.resets,
             self.system_allocations,
             self.system_frees,
             self.bytes_held,
+            self.bytes_live,
             self.high_water,
+            self.window_high_water,
             self.cache_hits,
             self.cache_misses,
             self.canary_violations,

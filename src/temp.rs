@@ -17,6 +17,12 @@ use crate::{Error, Stats};
 /// The trait is object-safe, so kernels take `&dyn TempAllocator` and are not
 /// generic over the allocator.
 ///
+/// `Sync` is a supertrait: the worker threads of one kernel share its
+/// [`KernelContext`](crate::KernelContext), so every allocator must serve
+/// requests from several threads at once. `CachingAllocator` does so without
+/// a lock; [`MallocAllocator`](crate::MallocAllocator) and
+/// [`BumpAllocator`](crate::BumpAllocator) take a lock per request.
+///
 /// # Safety
 ///
 /// Implementing the trait is `unsafe` because [`KernelContext`](crate::KernelContext)
@@ -41,7 +47,7 @@ use crate::{Error, Stats};
 /// use_any(&mut MallocAllocator::new())?;
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
-pub unsafe trait TempAllocator {
+pub unsafe trait TempAllocator: Sync {
     /// Hands out `layout.size()` bytes aligned to `layout.align()`, valid
     /// until the next [`reset`](TempAllocator::reset).
     ///
@@ -82,6 +88,67 @@ pub unsafe trait TempAllocator {
     /// assert_eq!(BumpAllocator::new().stats().allocations, 0);
     /// ```
     fn stats(&self) -> Stats;
+}
+
+/// The trait's methods for a pointer to an allocator: each forwards to it.
+macro_rules! forward_to_inner {
+    () => {
+        #[inline]
+        fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+            (**self).allocate(layout)
+        }
+
+        #[inline]
+        fn reset(&mut self) {
+            (**self).reset();
+        }
+
+        #[inline]
+        fn stats(&self) -> Stats {
+            (**self).stats()
+        }
+    };
+}
+
+/// A boxed allocator, so a runtime can pick one at run time.
+///
+/// ```
+/// use tempalloc::{BumpAllocator, KernelContext, MallocAllocator, TempAllocator};
+///
+/// let mut temp: Box<dyn TempAllocator + Send> = if cfg!(debug_assertions) {
+///     Box::new(MallocAllocator::new())
+/// } else {
+///     Box::new(BumpAllocator::new())
+/// };
+/// KernelContext::new(&*temp).scratch::<u8>(16)?;
+/// temp.reset();
+/// assert_eq!(temp.stats().resets, 1);
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+// SAFETY: every call is forwarded to `A`, which upholds the contract; the box
+// keeps `A` at one address until it is dropped, which needs ownership.
+unsafe impl<A: ?Sized + TempAllocator> TempAllocator for Box<A> {
+    forward_to_inner!();
+}
+
+/// A mutable borrow of an allocator is one, so a helper can take
+/// `impl TempAllocator` and still be given `&mut temp`.
+///
+/// ```
+/// use tempalloc::{with_context, MallocAllocator, TempAllocator};
+///
+/// fn run(mut temp: impl TempAllocator) -> Result<u32, tempalloc::Error> {
+///     with_context(&mut temp, |ctx| Ok(ctx.scratch::<u32>(4)?.len() as u32))
+/// }
+/// let mut temp = MallocAllocator::new();
+/// assert_eq!(run(&mut temp)?, 4);
+/// assert_eq!(temp.stats().resets, 1);
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+// SAFETY: every call is forwarded to `A`; a reset of the borrow is a reset of
+// `A`, which needs the same exclusive access.
+unsafe impl<A: ?Sized + TempAllocator> TempAllocator for &mut A {
+    forward_to_inner!();
 }
 
 /// The pointer a zero-sized request gets: non-null, aligned, never read.

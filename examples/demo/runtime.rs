@@ -4,9 +4,9 @@
 //! counts each step.
 
 use std::alloc::Layout;
-use std::cell::Cell;
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -67,15 +67,9 @@ pub fn run_kernel<R>(
     name: &'static str,
     kernel: impl FnOnce(&KernelContext) -> R,
 ) -> Result<R, StepError> {
-    with_context(temp, |ctx| {
-        let out = kernel(ctx);
-        match ctx.failure() {
-            None => Ok(out),
-            Some(error) => Err(StepError::Kernel {
-                kernel: name,
-                error,
-            }),
-        }
+    with_context(temp, |ctx| Ok(kernel(ctx))).map_err(|error| StepError::Kernel {
+        kernel: name,
+        error,
     })
 }
 
@@ -172,7 +166,7 @@ pub fn generate(
     bar.finish_and_clear();
     run.requests = temp.inner.stats().allocations;
     run.peak_held = temp.peak_held;
-    run.peak_live = temp.peak_live.get();
+    run.peak_live = temp.peak_live.load(Relaxed);
     Ok(run)
 }
 
@@ -196,9 +190,10 @@ fn minor_faults() -> Option<u64> {
 /// the bytes held and live, so every allocator is measured the same way.
 pub struct Timed {
     inner: Box<dyn TempAllocator>,
-    nanos: Cell<f64>,
-    live: Cell<usize>,
-    peak_live: Cell<usize>,
+    /// Nanoseconds inside the allocator, summed over the threads.
+    nanos: AtomicU64,
+    live: AtomicUsize,
+    peak_live: AtomicUsize,
     peak_held: usize,
     /// What an empty `Instant::now()` + `elapsed()` pair costs, subtracted.
     overhead_ns: f64,
@@ -208,9 +203,9 @@ impl Timed {
     pub fn new(inner: Box<dyn TempAllocator>) -> Self {
         Timed {
             inner,
-            nanos: Cell::new(0.0),
-            live: Cell::new(0),
-            peak_live: Cell::new(0),
+            nanos: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
+            peak_live: AtomicUsize::new(0),
             peak_held: 0,
             overhead_ns: timer_overhead_ns(),
         }
@@ -218,12 +213,12 @@ impl Timed {
 
     /// Nanoseconds spent inside the wrapped allocator so far.
     pub fn nanos(&self) -> f64 {
-        self.nanos.get()
+        self.nanos.load(Relaxed) as f64
     }
 
     fn add(&self, start: Instant) {
         let ns = start.elapsed().as_nanos() as f64 - self.overhead_ns;
-        self.nanos.set(self.nanos.get() + ns.max(0.0));
+        self.nanos.fetch_add(ns.max(0.0) as u64, Relaxed);
     }
 }
 
@@ -247,9 +242,8 @@ unsafe impl TempAllocator for Timed {
         let result = self.inner.allocate(layout);
         self.add(start);
         if result.is_ok() {
-            self.live.set(self.live.get() + layout.size());
-            self.peak_live
-                .set(self.peak_live.get().max(self.live.get()));
+            let live = self.live.fetch_add(layout.size(), Relaxed) + layout.size();
+            self.peak_live.fetch_max(live, Relaxed);
         }
         result
     }
@@ -260,7 +254,7 @@ unsafe impl TempAllocator for Timed {
         let start = Instant::now();
         self.inner.reset();
         self.add(start);
-        self.live.set(0);
+        *self.live.get_mut() = 0;
     }
 
     fn stats(&self) -> Stats {

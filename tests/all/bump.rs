@@ -100,15 +100,15 @@ fn the_limit_is_reported_with_the_numbers() {
 
 #[test]
 fn the_bump_underneath_is_the_one_that_serves() {
-    let temp = BumpAllocator::new();
-    let ctx = KernelContext::new(&temp);
-    ctx.scratch::<u64>(16).unwrap();
+    let mut temp = BumpAllocator::new();
+    KernelContext::new(&temp).scratch::<u64>(16).unwrap();
+    let held = temp.stats().bytes_held;
     assert!(temp.bump().allocated_bytes() >= 16 * 8);
-    assert_eq!(temp.bump().allocated_bytes(), temp.stats().bytes_held);
+    assert_eq!(temp.bump().allocated_bytes(), held);
 }
 
 #[test]
-fn bump_allocator_is_send() {
-    fn sendable<T: Send>(_: T) {}
-    sendable(BumpAllocator::new());
+fn bump_allocator_is_send_and_sync() {
+    fn shareable<T: Send + Sync>(_: T) {}
+    shareable(BumpAllocator::new());
 }

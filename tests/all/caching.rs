@@ -4,10 +4,7 @@
 use std::alloc::Layout;
 use std::sync::Arc;
 
-use tempalloc::{
-    BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, SyncKernelContext,
-    TempAllocator,
-};
+use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
 use tempalloc::trace::{Decode, Mixed, Steady, Trace};
 
@@ -262,7 +259,7 @@ fn threads_write_and_verify_their_own_scratch() {
         let mut temp = fast_allocator();
         let buffers = scaled(50, 8);
         for round in 0..scaled(3, 2) {
-            let ctx = SyncKernelContext::new_sync(&temp);
+            let ctx = KernelContext::new(&temp);
             std::thread::scope(|s| {
                 for t in 0..threads {
                     let ctx = &ctx;

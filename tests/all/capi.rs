@@ -1,9 +1,8 @@
 //! The C ABI (`--features capi`): the functions called from Rust, the
-//! checked-in header against `src/capi.rs`, and the C++ adapter test built
-//! with g++ against the static library.
+//! checked-in header against cbindgen's output for `src/capi.rs`, and the C
+//! and C++ programs built against the static library.
 #![cfg(feature = "capi")]
 
-use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,6 +60,241 @@ impl Drop for Handle {
         // SAFETY: the handle is live and not used after this.
         unsafe { tempalloc_allocator_destroy(self.0) };
     }
+}
+
+/// Creates an allocator from `config`, returning the code (and destroying
+/// the handle if one was made).
+fn create_code(config: &tempalloc_config) -> tempalloc_error {
+    let mut error = -1;
+    // SAFETY: `config` is live; `error` is writable.
+    let handle = unsafe { tempalloc_allocator_create(config, &mut error) };
+    assert_eq!(handle.is_null(), error != TEMPALLOC_OK);
+    // SAFETY: NULL or a live handle, not used again.
+    unsafe { tempalloc_allocator_destroy(handle) };
+    error
+}
+
+#[test]
+fn flags_other_than_0_or_1_are_invalid_arguments() {
+    let default = tempalloc_config_default();
+    for value in [0u8, 1] {
+        for field in 0..3 {
+            let mut c = default;
+            *[&mut c.prefault, &mut c.huge_pages, &mut c.debug_checks][field] = value;
+            assert_eq!(create_code(&c), TEMPALLOC_OK, "field {field} = {value}");
+        }
+    }
+    for value in [2u8, 0x80, 0xff] {
+        for field in 0..3 {
+            let mut c = default;
+            *[&mut c.prefault, &mut c.huge_pages, &mut c.debug_checks][field] = value;
+            assert_eq!(
+                create_code(&c),
+                TEMPALLOC_ERROR_INVALID_ARGUMENT,
+                "field {field} = {value}"
+            );
+        }
+    }
+    assert!(message(TEMPALLOC_ERROR_INVALID_ARGUMENT).contains("neither 0 nor 1"));
+    assert_eq!(
+        default.debug_checks,
+        u8::from(cfg!(debug_assertions)),
+        "the default follows the build"
+    );
+}
+
+#[test]
+fn check_reports_the_first_write_past_the_end() {
+    let config = tempalloc_config {
+        debug_checks: 1,
+        ..tempalloc_config_default()
+    };
+    let temp = Handle::new(Some(&config));
+    let (p, e) = temp.allocate(100, 16);
+    assert_eq!(e, TEMPALLOC_OK);
+    // SAFETY: the handle is live.
+    assert_eq!(unsafe { tempalloc_check(temp.0) }, TEMPALLOC_OK);
+    // SAFETY: the allocator put a canary right after the 100 bytes, in
+    // memory it owns; writing it is the bug the check exists for.
+    unsafe { p.add(100).write(0x5a) };
+    // SAFETY: the handle is live.
+    assert_eq!(
+        unsafe { tempalloc_check(temp.0) },
+        TEMPALLOC_ERROR_CANARY_CORRUPTED
+    );
+    assert_eq!(temp.stats().canary_violations, 1);
+    // SAFETY: NULL is an error code.
+    assert_eq!(
+        unsafe { tempalloc_check(ptr::null()) },
+        TEMPALLOC_ERROR_NULL_ARGUMENT
+    );
+    // With the checks off, always OK.
+    let off = Handle::new(Some(&tempalloc_config {
+        debug_checks: 0,
+        ..tempalloc_config_default()
+    }));
+    off.allocate(100, 16);
+    // SAFETY: the handle is live.
+    assert_eq!(unsafe { tempalloc_check(off.0) }, TEMPALLOC_OK);
+}
+
+fn checkpoint(temp: &Handle) -> tempalloc_checkpoint_token {
+    let mut cp = tempalloc_checkpoint_token::default();
+    // SAFETY: the handle is live and used by this thread only; `cp` is writable.
+    assert_eq!(
+        unsafe { tempalloc_checkpoint(temp.0, &mut cp) },
+        TEMPALLOC_OK
+    );
+    cp
+}
+
+fn rewind(temp: &Handle, cp: tempalloc_checkpoint_token) -> tempalloc_error {
+    // SAFETY: the handle is live and used by this thread only.
+    unsafe { tempalloc_rewind(temp.0, cp) }
+}
+
+#[test]
+fn checkpoints_recycle_a_kernel_and_keep_the_inference() {
+    let temp = Handle::new(None);
+    let (act, _) = temp.allocate(1000, 64);
+    // SAFETY: 1000 writable bytes.
+    unsafe { act.write_bytes(7, 1000) };
+    let mut kernel_at = None;
+    for _ in 0..5 {
+        let cp = checkpoint(&temp);
+        let (tile, e) = temp.allocate(4096, 64);
+        assert_eq!(e, TEMPALLOC_OK);
+        assert_eq!(
+            *kernel_at.get_or_insert(tile),
+            tile,
+            "the same memory each kernel"
+        );
+        // SAFETY: 4096 writable bytes.
+        unsafe { tile.write_bytes(1, 4096) };
+        assert_eq!(rewind(&temp, cp), TEMPALLOC_OK);
+        assert_eq!(
+            rewind(&temp, cp),
+            TEMPALLOC_ERROR_STALE_CHECKPOINT,
+            "consumed"
+        );
+    }
+    // SAFETY: still valid: allocated before every checkpoint.
+    assert!(
+        unsafe { std::slice::from_raw_parts(act, 1000) }
+            .iter()
+            .all(|&b| b == 7)
+    );
+}
+
+#[test]
+fn stale_foreign_and_forged_checkpoints_are_refused() {
+    let mut temp = Handle::new(None);
+    let other = Handle::new(None);
+    let theirs = checkpoint(&other);
+    assert_eq!(rewind(&temp, theirs), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    assert_eq!(rewind(&other, theirs), TEMPALLOC_OK);
+    // Nested: rewinding the outer consumes the inner.
+    let outer = checkpoint(&temp);
+    let inner = checkpoint(&temp);
+    assert_eq!(rewind(&temp, outer), TEMPALLOC_OK);
+    assert_eq!(rewind(&temp, inner), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    // A reset consumes every checkpoint.
+    let cp = checkpoint(&temp);
+    temp.reset();
+    assert_eq!(rewind(&temp, cp), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    // Made-up values.
+    for forged in [
+        tempalloc_checkpoint_token::default(),
+        tempalloc_checkpoint_token {
+            depth: usize::MAX,
+            ..cp
+        },
+        tempalloc_checkpoint_token {
+            serial: u64::MAX,
+            ..cp
+        },
+    ] {
+        assert_eq!(rewind(&temp, forged), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    }
+    // SAFETY: NULL handles and outputs are error codes.
+    unsafe {
+        assert_eq!(
+            tempalloc_checkpoint(ptr::null_mut(), &mut tempalloc_checkpoint_token::default()),
+            TEMPALLOC_ERROR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            tempalloc_checkpoint(temp.0, ptr::null_mut()),
+            TEMPALLOC_ERROR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            tempalloc_rewind(ptr::null_mut(), cp),
+            TEMPALLOC_ERROR_NULL_ARGUMENT
+        );
+    }
+}
+
+/// The C checkpoints add no system allocation to what the same
+/// checkpoint/rewind pattern costs in Rust.
+#[test]
+fn c_checkpoints_allocate_no_more_than_rust_checkpoints() {
+    use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
+    let temp = Handle::new(None);
+    let round = || {
+        let inference = checkpoint(&temp);
+        for _ in 0..3 {
+            let kernel = checkpoint(&temp);
+            assert_eq!(temp.allocate(10_000, 64).1, TEMPALLOC_OK);
+            assert_eq!(rewind(&temp, kernel), TEMPALLOC_OK);
+        }
+        assert_eq!(rewind(&temp, inference), TEMPALLOC_OK);
+    };
+    let mut rust = CachingAllocator::new();
+    let mut rust_round = || {
+        let inference = rust.checkpoint();
+        for _ in 0..3 {
+            let kernel = rust.checkpoint();
+            KernelContext::new(&rust).allocate_temp(10_000, 64).unwrap();
+            rust.rewind(kernel).unwrap();
+        }
+        rust.rewind(inference).unwrap();
+    };
+    for _ in 0..6 {
+        round();
+        rust_round();
+    }
+    // Not 0 yet: on this branch CachingAllocator's rewind hands blocks back
+    // and takes them again (the issue-9 rewrite fixes that, and then both
+    // sides are 0 after the first round). The C layer itself allocates
+    // nothing: its checkpoint stack is preallocated.
+    assert_eq!(
+        temp.stats().system_allocations,
+        rust.stats().system_allocations
+    );
+}
+
+#[test]
+#[cfg(debug_assertions)]
+fn a_handle_of_the_wrong_kind_is_an_invalid_handle_in_debug_builds() {
+    let mut error = -1;
+    // SAFETY: `error` is writable.
+    let cache = unsafe { tempalloc_block_cache_create(0, 0, &mut error) };
+    assert_eq!(error, TEMPALLOC_OK);
+    let wrong = cache.cast::<tempalloc_allocator>();
+    // SAFETY: `wrong` points to a live handle (of the other kind); every
+    // handle starts with its magic word, which is all the calls read before
+    // refusing it.
+    unsafe {
+        assert!(tempalloc_allocate(wrong, 8, 8, &mut error).is_null());
+        assert_eq!(error, TEMPALLOC_ERROR_INVALID_HANDLE);
+        assert_eq!(tempalloc_reset(wrong), TEMPALLOC_ERROR_INVALID_HANDLE);
+        assert_eq!(tempalloc_check(wrong), TEMPALLOC_ERROR_INVALID_HANDLE);
+        // Destroying it as an allocator does nothing (and frees nothing).
+        tempalloc_allocator_destroy(wrong);
+        let mut stats = tempalloc_stats::default();
+        assert_eq!(tempalloc_block_cache_stats(cache, &mut stats), TEMPALLOC_OK);
+        tempalloc_block_cache_destroy(cache);
+    }
+    assert!(message(TEMPALLOC_ERROR_INVALID_HANDLE).contains("invalid handle"));
 }
 
 fn message(code: tempalloc_error) -> String {
@@ -261,331 +495,36 @@ fn two_threads_allocate_concurrently() {
 }
 
 // ---------------------------------------------------------------------------
-// The header matches the exports.
+// The header is cbindgen's output for the exports.
 // ---------------------------------------------------------------------------
 
 /// Everything the C API declares, in C spelling.
-#[derive(Debug, Default, PartialEq)]
-struct Api {
-    /// name -> (return type, [(parameter type, parameter name)])
-    functions: BTreeMap<String, (String, Vec<(String, String)>)>,
-    /// name -> [(field type, field name)]
-    structs: BTreeMap<String, Vec<(String, String)>>,
-    /// Opaque struct names.
-    opaque: Vec<String>,
-    /// typedef name -> C type
-    typedefs: BTreeMap<String, String>,
-    /// constant name -> value
-    constants: BTreeMap<String, i64>,
-}
-
-/// A Rust FFI type in C spelling (`*const tempalloc_config` ->
-/// `const tempalloc_config *`). Panics on a type the header cannot spell,
-/// which fails the test: add it here when the API grows.
-fn c_type(rust: &str) -> String {
-    let rust = rust.trim();
-    if let Some(inner) = rust.strip_prefix("*const ") {
-        return format!("const {} *", c_type(inner)).replace("* *", "**");
-    }
-    if let Some(inner) = rust.strip_prefix("*mut ") {
-        return format!("{} *", c_type(inner)).replace("* *", "**");
-    }
-    match rust {
-        "usize" => "size_t",
-        "isize" => "ptrdiff_t",
-        "u64" => "uint64_t",
-        "i64" => "int64_t",
-        "u32" => "uint32_t",
-        "i32" => "int32_t",
-        "u8" => "uint8_t",
-        "bool" => "bool",
-        "c_void" => "void",
-        "c_char" => "char",
-        "()" => "void",
-        name if name.starts_with("tempalloc_") => name,
-        other => panic!("no C spelling for Rust type `{other}` in src/capi.rs"),
-    }
-    .to_string()
-}
-
-/// Normalises a C type's spelling: single spaces, `T *` for pointers.
-fn norm_c_type(c: &str) -> String {
-    let spaced = c.replace('*', " * ");
-    let joined = spaced.split_whitespace().collect::<Vec<_>>().join(" ");
-    joined.replace("* *", "**")
-}
-
-/// Splits `a, b, c` at top-level commas.
-fn split_commas(s: &str) -> Vec<&str> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect()
-}
-
-/// Collapses a declaration's whitespace.
-fn squash(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// The attributes (and visibility) before an item: the text since the
-/// previous item ended.
-fn preamble(before: &str) -> &str {
-    &before[before.rfind(['}', ';']).map_or(0, |i| i + 1)..]
-}
-
-fn rust_api(src: &str) -> Api {
-    // Only the exported part: the unit tests come last.
-    let src = src.split("#[cfg(test)]").next().unwrap_or(src);
-    let mut api = Api::default();
-    let code: String = src
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
-
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("extern \"C\" fn ") {
-        let before = &rest[..at];
-        let attrs = preamble(before);
-        let sig_start = &rest[at + "extern \"C\" fn ".len()..];
-        let body = sig_start.find('{').expect("function body");
-        let sig = squash(&sig_start[..body]);
-        let open = sig.find('(').expect("parameter list");
-        let close = sig.rfind(')').expect("parameter list");
-        let name = sig[..open].trim().to_string();
-        assert!(
-            attrs.contains("#[unsafe(no_mangle)]") && squash(attrs).ends_with(" pub unsafe")
-                || squash(attrs).ends_with(" pub"),
-            "`{name}` must be `#[unsafe(no_mangle)] pub [unsafe] extern \"C\" fn`"
-        );
-        assert!(
-            attrs.contains("#[unsafe(no_mangle)]"),
-            "`{name}` lacks #[unsafe(no_mangle)]"
-        );
-        let params = split_commas(&sig[open + 1..close])
-            .into_iter()
-            .map(|p| {
-                let (pname, ty) = p.split_once(':').expect("name: type");
-                (c_type(ty), pname.trim().to_string())
-            })
-            .collect();
-        let ret = sig[close + 1..]
-            .trim()
-            .strip_prefix("->")
-            .map_or_else(|| "void".to_string(), c_type);
-        api.functions.insert(name, (norm_c_type(&ret), params));
-        rest = &sig_start[body..];
-    }
-
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("pub struct ") {
-        let decl = &rest[at + "pub struct ".len()..];
-        let name_end = decl
-            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .unwrap_or(0);
-        let name = decl[..name_end].to_string();
-        let attrs = preamble(&rest[..at]);
-        if decl[name_end..].trim_start().starts_with('(') {
-            api.opaque.push(name);
-        } else {
-            assert!(
-                attrs.contains("#[repr(C)]"),
-                "struct `{name}` must be #[repr(C)]"
-            );
-            let open = decl.find('{').expect("struct body");
-            let close = decl.find('}').expect("struct body");
-            let fields = decl[open + 1..close]
-                .split(',')
-                .map(str::trim)
-                .filter(|f| !f.is_empty())
-                .map(|f| {
-                    let f = f.strip_prefix("pub ").expect("public field");
-                    let (fname, ty) = f.split_once(':').expect("name: type");
-                    (c_type(ty), fname.trim().to_string())
-                })
-                .collect();
-            api.structs.insert(name, fields);
-        }
-        rest = &decl[name_end..];
-    }
-
-    for line in code.lines().map(str::trim) {
-        if let Some(def) = line.strip_prefix("pub type ") {
-            let (name, ty) = def
-                .trim_end_matches(';')
-                .split_once('=')
-                .expect("type alias");
-            api.typedefs.insert(name.trim().to_string(), c_type(ty));
-        }
-        if let Some(def) = line.strip_prefix("pub const ") {
-            let (lhs, value) = def.trim_end_matches(';').split_once('=').expect("constant");
-            let name = lhs.split(':').next().unwrap_or("").trim().to_string();
-            api.constants
-                .insert(name, value.trim().parse().expect("integer constant"));
-        }
-    }
-    api
-}
-
-fn header_api(header: &str) -> Api {
-    // Strip comments.
-    let mut text = String::new();
-    let mut rest = header;
-    while let Some(at) = rest.find("/*") {
-        text.push_str(&rest[..at]);
-        let end = rest[at..].find("*/").expect("closed comment");
-        rest = &rest[at + end + 2..];
-    }
-    text.push_str(rest);
-    let text: Vec<&str> = text
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect();
-
-    let mut api = Api::default();
-    let mut decls = String::new();
-    for line in text {
-        let t = line.trim();
-        if let Some(def) = t.strip_prefix("#define ") {
-            let mut parts = def.split_whitespace();
-            if let (Some(name), Some(value)) = (parts.next(), parts.next()) {
-                api.constants
-                    .insert(name.to_string(), value.parse().expect("integer define"));
-            }
-        } else if !t.starts_with('#') && t != "extern \"C\" {" && t != "}" {
-            decls.push_str(t);
-            decls.push(' ');
-        }
-    }
-
-    // Struct definitions first (their bodies hold `;`), then the rest.
-    let mut others = String::new();
-    let mut rest = decls.as_str();
-    while let Some(at) = rest.find("typedef struct ") {
-        let def = &rest[at..];
-        let (Some(open), Some(semi)) = (def.find('{'), def.find(';')) else {
-            break;
-        };
-        others.push_str(&rest[..at]);
-        if semi < open {
-            // An opaque `typedef struct tag name;`: left for below.
-            others.push_str(&def[..=semi]);
-            rest = &def[semi + 1..];
-            continue;
-        }
-        let close = def.find('}').expect("struct body");
-        let end = close + def[close..].find(';').expect("typedef name");
-        let tag = def["typedef struct ".len()..open].trim();
-        let name = def[close + 1..end].trim().to_string();
-        assert_eq!(tag, name, "struct tag and typedef name differ");
-        let fields = def[open + 1..close]
-            .split(';')
-            .map(str::trim)
-            .filter(|f| !f.is_empty())
-            .map(|f| {
-                let at = f.rfind([' ', '*']).expect("type name");
-                (norm_c_type(&f[..=at]), f[at + 1..].trim().to_string())
-            })
-            .collect();
-        api.structs.insert(name, fields);
-        rest = &def[end + 1..];
-    }
-    others.push_str(rest);
-
-    for decl in others.split(';').map(squash) {
-        if let Some(def) = decl.strip_prefix("typedef struct ") {
-            let mut words = def.split_whitespace();
-            let (tag, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-            assert_eq!(tag, name, "opaque struct tag and typedef name differ");
-            api.opaque.push(name.to_string());
-        } else if let Some(def) = decl.strip_prefix("typedef ") {
-            let at = def.rfind(' ').expect("typedef name");
-            api.typedefs
-                .insert(def[at + 1..].to_string(), norm_c_type(&def[..at]));
-        } else if !decl.is_empty() {
-            let open = decl
-                .find('(')
-                .unwrap_or_else(|| panic!("not a prototype: {decl}"));
-            let close = decl.rfind(')').expect("parameter list");
-            let head = &decl[..open];
-            let at = head.rfind([' ', '*']).expect("return type");
-            let name = head[at + 1..].trim().to_string();
-            let ret = norm_c_type(&head[..=at]);
-            let params = split_commas(&decl[open + 1..close])
-                .into_iter()
-                .filter(|p| *p != "void")
-                .map(|p| {
-                    let at = p.rfind([' ', '*']).expect("type name");
-                    (norm_c_type(&p[..=at]), p[at + 1..].trim().to_string())
-                })
-                .collect();
-            api.functions.insert(name, (ret, params));
-        }
-    }
-    api
-}
-
+/// The header is generated by cbindgen from `src/capi.rs` with
+/// `cbindgen.toml`; the checked-in copy must be exactly that output.
 #[test]
-fn header_declares_exactly_the_exports() {
-    let read = |p: &str| {
-        std::fs::read_to_string(Path::new(MANIFEST_DIR).join(p))
-            .unwrap_or_else(|e| panic!("{p}: {e}"))
-    };
-    let mut rust = rust_api(&read("src/capi.rs"));
-    let mut header = header_api(&read("include/tempalloc.h"));
-    // Sanity: the parsers found the API, so an empty match cannot pass.
-    assert!(rust.functions.len() >= 15, "{:?}", rust.functions.keys());
-    assert!(rust.functions.contains_key("tempalloc_allocate"));
-    assert_eq!(rust.structs.len(), 2, "{:?}", rust.structs.keys());
-    assert!(rust.constants.len() >= 9);
-    rust.opaque.sort();
-    header.opaque.sort();
-    for (name, rust_fn) in &rust.functions {
-        assert_eq!(
-            header.functions.get(name),
-            Some(rust_fn),
-            "include/tempalloc.h: `{name}` missing or declared differently from src/capi.rs"
-        );
+#[cfg_attr(miri, ignore = "parsing Rust source under Miri takes minutes")]
+fn header_is_what_cbindgen_generates() {
+    let root = Path::new(MANIFEST_DIR);
+    let config = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml");
+    let bindings = cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(root.join("src/capi.rs"))
+        .generate()
+        .expect("cbindgen generates the header");
+    let mut generated = Vec::new();
+    bindings.write(&mut generated);
+    let generated = String::from_utf8(generated).expect("UTF-8");
+    let path = root.join("include/tempalloc.h");
+    if std::env::var_os("TEMPALLOC_BLESS").is_some() {
+        std::fs::write(&path, &generated).expect("write include/tempalloc.h");
     }
-    for name in header.functions.keys() {
-        assert!(
-            rust.functions.contains_key(name),
-            "include/tempalloc.h declares `{name}`, which src/capi.rs does not export"
-        );
-    }
-    assert_eq!(header.structs, rust.structs, "struct layouts differ");
-    assert_eq!(header.opaque, rust.opaque, "opaque types differ");
-    assert_eq!(header.typedefs, rust.typedefs, "typedefs differ");
-    assert_eq!(header.constants, rust.constants, "constants differ");
-}
-
-#[test]
-fn header_parser_sees_a_difference() {
-    let header = std::fs::read_to_string(Path::new(MANIFEST_DIR).join("include/tempalloc.h"))
-        .expect("include/tempalloc.h");
-    let good = header_api(&header);
-    for (from, to) in [
-        ("size_t alignment", "uint32_t alignment"),
-        ("tempalloc_error tempalloc_reset(", "int tempalloc_reset("),
-        ("  bool huge_pages;\n", ""),
-        (
-            "#define TEMPALLOC_ERROR_INTERNAL 9",
-            "#define TEMPALLOC_ERROR_INTERNAL 10",
-        ),
-    ] {
-        assert!(header.contains(from), "{from}");
-        assert_ne!(
-            header_api(&header.replacen(from, to, 1)),
-            good,
-            "{from} -> {to}"
-        );
-    }
-    let extra = header.replace(
-        "#ifdef __cplusplus\n} /* extern \"C\" */",
-        "void tempalloc_extra(void);\n#ifdef __cplusplus\n} /* extern \"C\" */",
+    let checked_in = std::fs::read_to_string(&path).expect("include/tempalloc.h");
+    assert!(
+        checked_in == generated,
+        "include/tempalloc.h differs from what cbindgen generates from src/capi.rs; \
+         regenerate it with `TEMPALLOC_BLESS=1 cargo test --features capi --test all \
+         capi::header_is_what_cbindgen_generates`"
     );
-    assert!(header_api(&extra).functions.contains_key("tempalloc_extra"));
 }
 
 // ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use tempalloc::{CachingAllocator, CachingConfig, KernelContext, SyncKernelContext, TempAllocator};
+use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
 
 use crate::util::Lcg;
 
@@ -96,10 +96,7 @@ const ALIGNS: [usize; 6] = [1, 8, 16, 64, 128, 4096];
 
 /// One worker's requests through `ctx`; checks every buffer, some of them
 /// only at the end, after all the others were written.
-fn worker<A>(ctx: &KernelContext<'_, A>, thread: u64, n: usize, deadline: Instant) -> Done
-where
-    A: ?Sized + TempAllocator,
-{
+fn worker(ctx: &KernelContext<'_>, thread: u64, n: usize, deadline: Instant) -> Done {
     let mut rng = Lcg(0x5eed ^ thread.wrapping_mul(0x9E37_79B9));
     let mut recent = VecDeque::with_capacity(RECENT);
     let mut kept = Vec::new();
@@ -241,7 +238,7 @@ fn worker_threads_share_one_sync_kernel_context() {
         for round in 0..ROUNDS {
             let before = temp.stats().allocations;
             let n = per_thread(threads);
-            let ctx = SyncKernelContext::new_sync(&temp);
+            let ctx = KernelContext::new(&temp);
             let done: u64 = std::thread::scope(|s| {
                 let ctx = &ctx;
                 let workers: Vec<_> = (0..threads as u64)

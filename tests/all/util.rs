@@ -68,6 +68,10 @@ impl OwnedFixed {
     }
 }
 
+// SAFETY: `buf` is only freed on drop (`&mut self`); through `&self` only the
+// `FixedAllocator`, which is `Sync`, is used.
+unsafe impl Sync for OwnedFixed {}
+
 impl Drop for OwnedFixed {
     fn drop(&mut self) {
         // SAFETY: dropped once, here, before the buffer it borrows.

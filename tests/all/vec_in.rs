@@ -84,3 +84,56 @@ fn over_aligned_elements_stay_aligned_as_the_vec_grows() {
         assert!(v.iter().enumerate().all(|(i, t)| t.0 == i as u32), "{name}");
     });
 }
+
+#[test]
+fn a_scratch_vec_over_budget_records_the_real_error() {
+    use tempalloc::{
+        BumpAllocator, CachingAllocator, CachingConfig, Error, ScratchVec, TempAllocator,
+        with_context,
+    };
+    let limit = 64 * 1024;
+    let mut allocators: [(&str, Box<dyn TempAllocator>); 2] = [
+        ("BumpAllocator", Box::new(BumpAllocator::with_limit(limit))),
+        (
+            "CachingAllocator",
+            Box::new(CachingAllocator::with_config(
+                CachingConfig::default()
+                    .min_block_size(16 * 1024)
+                    .max_bytes(Some(limit)),
+            )),
+        ),
+    ];
+    for (name, temp) in &mut allocators {
+        let r = with_context(temp, |ctx| {
+            let mut v: ScratchVec<'_, u64> = ScratchVec::new_in(ctx);
+            v.try_reserve(100).expect("within budget");
+            v.extend(0..100);
+            let mut big: ScratchVec<'_, u64> = ScratchVec::new_in(ctx);
+            assert!(big.try_reserve(10_000).is_err(), "{name}");
+            assert!(
+                matches!(
+                    ctx.failure(),
+                    Some(Error::BudgetExceeded {
+                        requested: 80_000,
+                        ..
+                    })
+                ),
+                "{name}: {:?}",
+                ctx.failure()
+            );
+            // The context saw the real error; the first vector is intact.
+            assert!(v.iter().copied().eq(0..100), "{name}");
+            Ok(v.len())
+        });
+        match r {
+            Err(Error::BudgetExceeded {
+                requested,
+                limit: l,
+                ..
+            }) => {
+                assert_eq!((requested, l), (80_000, limit), "{name}");
+            }
+            other => panic!("{name}: expected BudgetExceeded, got {other:?}"),
+        }
+    }
+}

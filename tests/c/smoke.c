@@ -45,8 +45,37 @@ int main(void) {
   CHECK(stats.resets == 10 && stats.allocations == 20);
   CHECK(stats.system_allocations == 1);
   CHECK(tempalloc_allocator_stats(NULL, &stats) == TEMPALLOC_ERROR_NULL_ARGUMENT);
+
+  /* Checkpoints: a kernel's scratch is recycled, the inference's kept. */
+  {
+    tempalloc_checkpoint_token kernel;
+    char *act = tempalloc_allocate(alloc, 256, 64, &error);
+    char *first = NULL;
+    int round;
+    CHECK(act != NULL);
+    memset(act, 7, 256);
+    for (round = 0; round < 3; ++round) {
+      char *tile;
+      CHECK(tempalloc_checkpoint(alloc, &kernel) == TEMPALLOC_OK);
+      tile = tempalloc_allocate(alloc, 4096, 64, &error);
+      CHECK(tile != NULL);
+      if (first == NULL) first = tile;
+      CHECK(tile == first);
+      memset(tile, 1, 4096);
+      CHECK(tempalloc_rewind(alloc, kernel) == TEMPALLOC_OK);
+      CHECK(tempalloc_rewind(alloc, kernel) == TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    }
+    CHECK(act[0] == 7 && act[255] == 7);
+    CHECK(tempalloc_check(alloc) == TEMPALLOC_OK);
+  }
   tempalloc_allocator_destroy(alloc);
   tempalloc_allocator_destroy(NULL);
+
+  /* Flags are 0 or 1; anything else is refused, not undefined behaviour. */
+  config = tempalloc_config_default();
+  config.debug_checks = 2;
+  CHECK(tempalloc_allocator_create(&config, &error) == NULL);
+  CHECK(error == TEMPALLOC_ERROR_INVALID_ARGUMENT);
 
   if (failures != 0) {
     fprintf(stderr, "c smoke: %d check(s) failed\n", failures);

@@ -257,7 +257,7 @@ void test_errors() {
   CHECK(orphan.last_error() == TEMPALLOC_ERROR_NULL_ARGUMENT);
   orphan.reset();  // harmless
 
-  for (tempalloc_error code = TEMPALLOC_OK; code <= TEMPALLOC_ERROR_INTERNAL; ++code) {
+  for (tempalloc_error code = TEMPALLOC_OK; code <= TEMPALLOC_ERROR_INVALID_HANDLE; ++code) {
     CHECK(tempalloc_error_message(code) != nullptr);
     CHECK(std::strcmp(tempalloc_error_message(code), "unknown tempalloc error code") != 0);
   }
@@ -296,6 +296,29 @@ void test_shared_cache() {
   tempalloc_block_cache_destroy(cache);
 }
 
+void test_checkpoints() {
+  // Per-kernel recycling inside an inference through the adapter.
+  Adapter temp(tempalloc_config_default(), 4);
+  unsigned char* act = static_cast<unsigned char*>(temp.allocate(256, 64));
+  CHECK(act != nullptr);
+  std::memset(act, 7, 256);
+  void* first = nullptr;
+  for (int kernel = 0; kernel < 3; ++kernel) {
+    tempalloc_checkpoint_token cp = temp.checkpoint();
+    void* tile = temp.allocate(4096, 64);
+    CHECK(tile != nullptr);
+    if (first == nullptr) first = tile;
+    CHECK(tile == first);
+    std::memset(tile, 1, 4096);
+    CHECK(temp.rewind(cp));
+    CHECK(!temp.rewind(cp));
+    CHECK(temp.last_error() == TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    temp.clear_error();
+  }
+  CHECK(act[0] == 7 && act[255] == 7);
+  CHECK(temp.check() == TEMPALLOC_OK);
+}
+
 }  // namespace
 
 int main() {
@@ -303,6 +326,7 @@ int main() {
   test_alignment_and_writes();
   test_errors();
   test_shared_cache();
+  test_checkpoints();
   if (failures != 0) {
     std::fprintf(stderr, "adapter_test: %d check(s) failed\n", failures);
     return 1;

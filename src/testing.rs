@@ -1,0 +1,158 @@
+//! Helpers for tests that force error paths.
+
+use core::alloc::Layout;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::{Error, Rewind, Stats, TempAllocator};
+
+/// Wraps an allocator and fails its `n`th request (counted from 1 since the
+/// wrapper was made, across resets) with a chosen [`Error`]; every other
+/// request goes to `inner`. A test can then drive a kernel or runtime into
+/// any error path without an `unsafe impl`.
+///
+/// ```
+/// use tempalloc::testing::FailAt;
+/// use tempalloc::{with_context, Error, MallocAllocator};
+///
+/// let oom = Error::OutOfMemory { size: 64, align: 8 };
+/// let mut temp = FailAt::new(MallocAllocator::new(), 2).with_error(oom);
+/// let r = with_context(&mut temp, |ctx| {
+///     ctx.scratch::<u8>(64)?; // request 1: served
+///     ctx.scratch::<u8>(64)?; // request 2: fails
+///     Ok(())
+/// });
+/// assert_eq!(r, Err(oom));
+/// assert_eq!(temp.requests(), 2);
+/// ```
+#[derive(Debug)]
+pub struct FailAt<A> {
+    inner: A,
+    n: u64,
+    error: Error,
+    requests: AtomicU64,
+}
+
+impl<A: TempAllocator> FailAt<A> {
+    /// Fails request `n` (1 is the first) with
+    /// [`Error::OutOfMemory`] for the request's layout, until
+    /// [`with_error`](Self::with_error) picks another error. `n == 0` fails
+    /// nothing.
+    ///
+    /// ```
+    /// use tempalloc::testing::FailAt;
+    /// use tempalloc::{Error, KernelContext, MallocAllocator};
+    ///
+    /// let temp = FailAt::new(MallocAllocator::new(), 1);
+    /// let e = KernelContext::new(&temp).allocate_temp(32, 16).unwrap_err();
+    /// assert_eq!(e, Error::OutOfMemory { size: 32, align: 16 });
+    /// ```
+    pub fn new(inner: A, n: u64) -> Self {
+        FailAt {
+            inner,
+            n,
+            error: Error::OutOfMemory { size: 0, align: 0 },
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// The error the `n`th request gets.
+    ///
+    /// ```
+    /// use tempalloc::testing::FailAt;
+    /// use tempalloc::{Error, KernelContext, MallocAllocator};
+    ///
+    /// let e = Error::BudgetExceeded { requested: 8, held: 0, limit: 0 };
+    /// let temp = FailAt::new(MallocAllocator::new(), 1).with_error(e);
+    /// assert_eq!(KernelContext::new(&temp).scratch::<u64>(1), Err(e));
+    /// ```
+    #[must_use]
+    pub fn with_error(mut self, error: Error) -> Self {
+        self.error = error;
+        self
+    }
+
+    /// Requests seen so far, the failed one included.
+    ///
+    /// ```
+    /// use tempalloc::testing::FailAt;
+    /// use tempalloc::{KernelContext, MallocAllocator};
+    ///
+    /// let temp = FailAt::new(MallocAllocator::new(), 0);
+    /// KernelContext::new(&temp).scratch::<u8>(1)?;
+    /// assert_eq!(temp.requests(), 1);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Relaxed)
+    }
+
+    /// The wrapped allocator.
+    ///
+    /// ```
+    /// use tempalloc::testing::FailAt;
+    /// use tempalloc::{MallocAllocator, TempAllocator};
+    ///
+    /// let temp = FailAt::new(MallocAllocator::new(), 1);
+    /// assert_eq!(temp.inner().stats().allocations, 0);
+    /// ```
+    pub fn inner(&self) -> &A {
+        &self.inner
+    }
+}
+
+// SAFETY: every request that is not failed goes to `inner`, which upholds
+// the contract; a failed request hands out nothing.
+unsafe impl<A: TempAllocator> TempAllocator for FailAt<A> {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        if self.requests.fetch_add(1, Relaxed) + 1 == self.n {
+            return Err(match self.error {
+                Error::OutOfMemory { size: 0, align: 0 } => Error::OutOfMemory {
+                    size: layout.size(),
+                    align: layout.align(),
+                },
+                e => e,
+            });
+        }
+        self.inner.allocate(layout)
+    }
+
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+}
+
+/// Frames and checkpoints over a `FailAt` go to the inner allocator, so a
+/// test can fail the nth request inside a frame.
+///
+/// ```
+/// use tempalloc::testing::FailAt;
+/// use tempalloc::{Error, MallocAllocator, Rewind};
+///
+/// let mut temp = FailAt::new(MallocAllocator::new(), 3);
+/// let r = temp.frame(|inf| {
+///     let act = inf.scratch::<f32>(8)?; // request 1
+///     for _ in 0..2 {
+///         inf.kernel(|ctx| Ok(ctx.scratch_copy(act)?.len()))?; // requests 2 and 3
+///     }
+///     Ok(())
+/// });
+/// assert_eq!(r, Err(Error::OutOfMemory { size: 32, align: 4 }));
+/// ```
+// SAFETY: every call goes to `inner`, which upholds `Rewind`'s contract; the
+// memory it hands out is not inside `inner`, so not inside this wrapper.
+unsafe impl<A: Rewind> Rewind for FailAt<A> {
+    type Checkpoint = A::Checkpoint;
+
+    fn checkpoint(&self) -> A::Checkpoint {
+        self.inner.checkpoint()
+    }
+
+    fn rewind(&mut self, checkpoint: A::Checkpoint) -> Result<(), Error> {
+        self.inner.rewind(checkpoint)
+    }
+}

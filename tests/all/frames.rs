@@ -1,0 +1,348 @@
+//! Frames: inference and kernel scopes, nesting, failures, panics, threads
+//! and the zero-system-allocation steady state.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use tempalloc::{
+    CachingAllocator, CachingConfig, Error, Frame, KernelContext, MallocAllocator, Rewind,
+    TempAllocator, with_context,
+};
+
+use crate::util::{check, fill};
+
+const ROUNDS: usize = if cfg!(miri) { 3 } else { 20 };
+
+fn caching() -> CachingAllocator {
+    CachingAllocator::with_config(CachingConfig::default().min_block_size(64 * 1024))
+}
+
+#[test]
+fn the_issue_snippet_keeps_inference_scratch_across_kernels() {
+    let mut temp = caching();
+    let r: Result<f32, Error> = temp.frame(|inf| {
+        let act = inf.scratch::<f32>(1024)?;
+        act[0] = 7.0;
+        for _ in 0..3 {
+            inf.kernel(|ctx| {
+                let tmp = ctx.scratch::<f32>(256)?;
+                tmp[0] = act[0];
+                act[1] += 1.0;
+                Ok(())
+            })?;
+        }
+        Ok(act[1])
+    });
+    assert_eq!(r, Ok(3.0));
+    let s = temp.stats();
+    assert_eq!(s.resets, 1, "the frame ended in a reset");
+    // Three kernels of 1 KiB each, recycled in turn: never more than one live.
+    assert_eq!(s.high_water, 4096 + 1024);
+}
+
+#[test]
+fn a_kernel_gets_the_same_memory_every_call_and_frame_scratch_is_intact() {
+    let mut temp = caching();
+    temp.frame(|inf| {
+        let act = inf.allocate_temp(3000, 64)?;
+        let act = fill(act, 1);
+        let mut seen = None;
+        for round in 0..ROUNDS {
+            let addr = inf.kernel(|ctx| {
+                let tile = ctx.allocate_temp(5000, 64)?;
+                fill(tile, 100 + round);
+                Ok(tile.as_ptr() as usize)
+            })?;
+            assert_eq!(*seen.get_or_insert(addr), addr, "round {round}");
+            check(act, 1);
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Nested frames over any `Rewind` allocator: each layer frame starts where
+/// the last one did (same addresses), and the outer scratch stays intact.
+/// Returns the bytes live inside a layer, seen from the inner frame.
+fn nested<A: Rewind>(temp: &mut A) -> Vec<(usize, usize)> {
+    let mut seen = Vec::new();
+    temp.frame(|inf| {
+        let weights = fill(inf.allocate_temp(1000, 16)?, 1);
+        for layer in 0..ROUNDS {
+            inf.frame(|l| {
+                let kv = fill(l.allocate_temp(700, 64)?, 2 + layer);
+                l.kernel(|ctx| {
+                    fill(ctx.allocate_temp(300, 8)?, 999);
+                    Ok(())
+                })?;
+                check(kv, 2 + layer);
+                seen.push((kv.as_ptr() as usize, l.stats().bytes_live));
+                Ok(())
+            })?;
+            check(weights, 1);
+        }
+        Ok(())
+    })
+    .unwrap();
+    seen
+}
+
+#[test]
+fn nested_frames_rewind_to_where_they_started() {
+    let seen = nested(&mut caching());
+    assert!(seen.iter().all(|&(addr, _)| addr == seen[0].0), "{seen:?}");
+    // MallocAllocator frees exactly what the inner frame took.
+    let seen = nested(&mut MallocAllocator::new());
+    assert!(seen.iter().all(|&(_, live)| live == 1700), "{seen:?}");
+}
+
+#[test]
+fn a_recorded_failure_wins_over_ok_and_is_the_first_one() {
+    let mut temp = caching();
+    let r = temp.frame(|inf| {
+        inf.kernel(|ctx| {
+            let e = ctx.allocate_temp(8, 24).unwrap_err();
+            ctx.fail(e);
+            ctx.fail(Error::NoTempAllocator);
+            Ok(5)
+        })
+    });
+    assert_eq!(r, Err(Error::InvalidAlignment { align: 24 }));
+    // The next kernel starts clean.
+    assert_eq!(temp.frame(|inf| inf.kernel(|_| Ok(5))), Ok(5));
+}
+
+#[test]
+fn an_error_returned_by_a_kernel_comes_out_of_the_frame() {
+    let mut temp = caching();
+    let r: Result<(), Error> =
+        temp.frame(|inf| inf.kernel(|ctx| ctx.scratch_aligned::<f32>(4, 3).map(drop)));
+    assert_eq!(r, Err(Error::InvalidAlignment { align: 3 }));
+}
+
+#[test]
+fn a_panicking_kernel_is_rewound_and_the_frame_goes_on() {
+    let mut temp = caching();
+    temp.frame(|inf| {
+        let act = fill(inf.allocate_temp(512, 64)?, 3);
+        let mut at = 0;
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            let _ = inf.kernel(|ctx| -> Result<(), Error> {
+                at = fill(ctx.allocate_temp(4096, 64)?, 4).as_ptr() as usize;
+                panic!("kernel bug");
+            });
+        }));
+        assert!(caught.is_err());
+        // The unwind rewound the kernel: the next one gets the same memory.
+        let next = inf.kernel(|ctx| Ok(ctx.allocate_temp(4096, 64)?.as_ptr() as usize))?;
+        assert_eq!(next, at);
+        check(act, 3);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(temp.stats().bytes_live, 0);
+}
+
+#[test]
+fn a_panicking_frame_still_resets() {
+    let mut temp = caching();
+    let caught = catch_unwind(AssertUnwindSafe(|| {
+        let _ = temp.frame(|inf| -> Result<(), Error> {
+            inf.scratch::<u8>(1000)?;
+            panic!("runtime bug");
+        });
+    }));
+    assert!(caught.is_err());
+    assert_eq!(temp.stats().resets, 1);
+    // And it still works.
+    assert_eq!(temp.frame(|inf| Ok(inf.scratch::<u8>(10)?.len())), Ok(10));
+}
+
+#[test]
+fn frames_work_over_malloc_and_free_each_kernel() {
+    let mut temp = MallocAllocator::new();
+    temp.frame(|inf| {
+        let act = fill(inf.allocate_temp(100, 8)?, 5);
+        for round in 0..ROUNDS {
+            inf.kernel(|ctx| {
+                fill(ctx.allocate_temp(200, 8)?, round);
+                fill(ctx.allocate_temp(300, 64)?, round + 1);
+                Ok(())
+            })?;
+            let s = inf.stats();
+            assert_eq!(s.system_frees, 2 * (round as u64 + 1));
+            assert_eq!(s.bytes_live, 100);
+        }
+        check(act, 5);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(temp.stats().bytes_held, 0);
+}
+
+#[test]
+fn a_kernel_calls_another_kernel_with_its_context() {
+    fn inner(ctx: &KernelContext) -> Result<u32, Error> {
+        Ok(ctx.scratch_fill(10, 2u32)?.iter().sum())
+    }
+    fn outer(ctx: &KernelContext) -> Result<u32, Error> {
+        let mine = ctx.scratch_fill(10, 1u32)?;
+        Ok(inner(ctx)? + mine.iter().sum::<u32>())
+    }
+    let mut temp = caching();
+    assert_eq!(temp.frame(|inf| inf.kernel(outer)), Ok(30));
+    assert_eq!(with_context(&mut temp, outer), Ok(30));
+    assert_eq!(with_context(&mut MallocAllocator::new(), outer), Ok(30));
+}
+
+/// A kernel whose workers share `ctx`: scoped threads, each with its own
+/// tile, checked after all were written. One worker may fail.
+fn threaded_kernel(ctx: &KernelContext, fail_worker: Option<usize>) -> Result<u64, Error> {
+    let workers = if cfg!(miri) { 2 } else { 4 };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                s.spawn(move || -> Result<u64, Error> {
+                    if Some(w) == fail_worker {
+                        // A worker that reports through the context only.
+                        if let Err(e) = ctx.allocate_temp(8, 48) {
+                            ctx.fail(e);
+                        }
+                        return Ok(0);
+                    }
+                    let tile = ctx.scratch_with(1000, |i| (w * 1000 + i) as u64)?;
+                    let bytes = fill(ctx.allocate_temp(777, 64)?, w);
+                    check(bytes, w);
+                    Ok(tile.iter().sum())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    })
+}
+
+fn expected_sum(workers: u64) -> u64 {
+    (0..workers).map(|w| w * 1_000_000 + 499_500).sum()
+}
+
+#[test]
+fn a_threaded_kernel_runs_through_with_context_and_frames() {
+    let workers = if cfg!(miri) { 2 } else { 4 };
+    let mut temp = caching();
+    let want = expected_sum(workers);
+    assert_eq!(
+        with_context(&mut temp, |ctx| threaded_kernel(ctx, None)),
+        Ok(want)
+    );
+    let r = temp.frame(|inf| {
+        let act = fill(inf.allocate_temp(256, 64)?, 9);
+        let mut total = 0;
+        for _ in 0..2 {
+            total += inf.kernel(|ctx| threaded_kernel(ctx, None))?;
+            check(act, 9);
+        }
+        Ok(total)
+    });
+    assert_eq!(r, Ok(2 * want));
+    // A worker's recorded failure reaches the runtime.
+    let r = temp.frame(|inf| inf.kernel(|ctx| threaded_kernel(ctx, Some(1))));
+    assert_eq!(r, Err(Error::InvalidAlignment { align: 48 }));
+    let r = with_context(&mut temp, |ctx| threaded_kernel(ctx, Some(0)));
+    assert_eq!(r, Err(Error::InvalidAlignment { align: 48 }));
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "rayon's pool threads outlive the test, which Miri reports as a leak"
+)]
+fn a_threaded_kernel_runs_on_a_rayon_pool() {
+    fn pooled(ctx: &KernelContext, pool: &rayon::ThreadPool) -> Result<u64, Error> {
+        use rayon::prelude::*;
+        pool.install(|| {
+            (0..16u64)
+                .into_par_iter()
+                .map(|w| {
+                    let tile = ctx.scratch_fill(512, w)?;
+                    Ok(tile.iter().sum::<u64>())
+                })
+                .sum()
+        })
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let want: u64 = (0..16).map(|w| 512 * w).sum();
+    let mut temp = caching();
+    assert_eq!(with_context(&mut temp, |ctx| pooled(ctx, &pool)), Ok(want));
+    let r = temp.frame(|inf| {
+        let mut total = 0;
+        for _ in 0..3 {
+            total += inf.kernel(|ctx| pooled(ctx, &pool))?;
+        }
+        Ok(total)
+    });
+    assert_eq!(r, Ok(3 * want));
+}
+
+/// One inference as a runtime writes it: activations for the frame, a kernel
+/// frame per layer with per-call scratch.
+fn inference(inf: &mut Frame<'_>, tokens: usize) -> Result<f32, Error> {
+    let act = inf.scratch_aligned::<f32>(64 * tokens, 64)?;
+    for (layer, a) in act.iter_mut().take(4).enumerate() {
+        inf.kernel(|ctx| {
+            let tile = ctx.scratch_aligned::<f32>(256 * tokens, 64)?;
+            let scales = ctx.scratch_fill(tokens, 0.5f32)?;
+            tile[0] = scales[0] * layer as f32;
+            *a += tile[0];
+            Ok(())
+        })?;
+    }
+    Ok(act.iter().sum())
+}
+
+#[test]
+fn frames_make_no_system_allocation_after_warm_up() {
+    let mut temp = CachingAllocator::new();
+    // Warm up on the largest shape.
+    assert_eq!(temp.frame(|inf| inference(inf, 32)), Ok(3.0));
+    let warm = temp.stats().system_allocations;
+    for round in 0..ROUNDS {
+        let tokens = 1 + round % 32;
+        assert_eq!(temp.frame(|inf| inference(inf, tokens)), Ok(3.0));
+        assert_eq!(
+            temp.stats().system_allocations,
+            warm,
+            "inference {round} ({tokens} tokens) went to the system"
+        );
+    }
+}
+
+#[test]
+fn rewind_refuses_stale_and_foreign_checkpoints() {
+    let mut a = MallocAllocator::new();
+    let mut b = MallocAllocator::new();
+    let foreign = b.checkpoint();
+    KernelContext::new(&a).scratch::<u8>(10).unwrap();
+    assert!(matches!(
+        a.rewind(foreign),
+        Err(Error::StaleCheckpoint { .. })
+    ));
+    let cp = a.checkpoint();
+    a.reset();
+    assert_eq!(
+        a.rewind(cp),
+        Err(Error::StaleCheckpoint {
+            taken_at: 0,
+            now: 1
+        })
+    );
+    // A checkpoint past what a rewind released.
+    let early = a.checkpoint();
+    KernelContext::new(&a).scratch::<u8>(10).unwrap();
+    let late = a.checkpoint();
+    a.rewind(early).unwrap();
+    assert!(matches!(a.rewind(late), Err(Error::StaleCheckpoint { .. })));
+    assert_eq!(a.stats().bytes_live, 0);
+    let _ = b.rewind(b.checkpoint());
+}
