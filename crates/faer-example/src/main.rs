@@ -134,7 +134,11 @@ fn run() -> Result<(), String> {
     for inference in 0..INFERENCES {
         let before = counting::allocations();
         for (layer, (problem, x)) in problems.iter().zip(&mut solutions).enumerate() {
-            with_context(&mut temp, |ctx| cholesky_solve(ctx, problem, x))
+            // The kernel's own error inside, the scratch error (recorded
+            // or returned) outside.
+            with_context(&mut temp, |ctx| Ok(cholesky_solve(ctx, problem, x)))
+                .map_err(KernelError::Scratch)
+                .and_then(|solved| solved)
                 .map_err(|e| format!("inference {inference}, layer {layer}: {e}"))?;
         }
         let system = counting::allocations() - before;
