@@ -13,9 +13,11 @@
 //!
 //! Implementations:
 //!
-//! - [`CachingAllocator`]: the one to use. Per-thread bump regions over
-//!   recycled blocks from a shared, budgeted [`BlockCache`]; zero system
-//!   allocations after warm-up; checkpoints for per-kernel rewinds.
+//! - [`CachingAllocator`]: the one to use. A bump region per thread that
+//!   grows in place (reserved address space, pages committed as needed),
+//!   memory shared and limited through a [`BlockCache`]; zero system
+//!   allocations after warm-up; checkpoints and frames for per-kernel rewinds.
+//! - [`FixedAllocator`]: a caller's buffer, never a system allocation.
 //! - [`MallocAllocator`]: every request is a system allocation; the baseline.
 //! - [`BumpAllocator`]: a `bumpalo::Bump` behind the trait, single-threaded.
 //! - [`RecordingAllocator`]: any of them, recording every call as a
