@@ -57,7 +57,10 @@ fn stacks_of_warm_kernels_make_no_system_allocation() {
     kernel(&mut temp, 4096).unwrap();
     let warm = temp.stats().system_allocations;
     for n in [16, 4096, 1000] {
-        assert_eq!(kernel(&mut temp, n), Ok((0..n).map(|i| i as f32).sum::<f32>()));
+        assert_eq!(
+            kernel(&mut temp, n),
+            Ok((0..n).map(|i| i as f32).sum::<f32>())
+        );
     }
     assert_eq!(temp.stats().system_allocations, warm);
 }
