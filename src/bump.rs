@@ -149,10 +149,7 @@ impl BumpAllocator {
                 held: held_before,
                 limit,
             },
-            _ => Error::OutOfMemory {
-                size: layout.size(),
-                align: layout.align(),
-            },
+            _ => Error::out_of_memory(layout),
         }
     }
 }

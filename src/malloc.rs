@@ -134,16 +134,11 @@ unsafe impl TempAllocator for MallocAllocator {
         // Reserve the bookkeeping slot first: if that fails we have not yet
         // taken memory we could not record.
         if state.live.try_reserve(1).is_err() {
-            return Err(Error::OutOfMemory {
-                size: layout.size(),
-                align: layout.align(),
-            });
+            return Err(Error::out_of_memory(layout));
         }
         // SAFETY: `layout` has a non-zero size.
-        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) }).ok_or(Error::OutOfMemory {
-            size: layout.size(),
-            align: layout.align(),
-        })?;
+        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) })
+            .ok_or(Error::out_of_memory(layout))?;
         state.live.push(Live { ptr, layout });
         // Counted only once served: a failed request is not an allocation.
         state.stats.allocations += 1;

@@ -272,10 +272,7 @@ unsafe impl<A: TempAllocator> TempAllocator for RecordingAllocator<A> {
         let mut log = self.events();
         // Growing the log must not abort: a request it cannot record fails.
         if log.events.try_reserve(2).is_err() || log.threads.try_reserve(1).is_err() {
-            return Err(Error::OutOfMemory {
-                size: layout.size(),
-                align: layout.align(),
-            });
+            return Err(Error::out_of_memory(layout));
         }
         let thread = log.thread_id();
         if thread != log.current {
