@@ -65,7 +65,7 @@ impl Default for CachingConfig {
 impl CachingConfig {
     /// The least memory a thread's region makes usable at once: its first
     /// commit (or heap block). Later growth commits 12.5% more than the
-    /// region has (at least 64 KiB) whenever a request does not fit. Raise
+    /// region has (at least 16 KiB) whenever a request does not fit. Raise
     /// it when the first inference's system calls matter (for example, to
     /// the expected peak).
     ///

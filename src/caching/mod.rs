@@ -43,7 +43,7 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(0);
 /// after warm-up no system call. [`reset`](TempAllocator::reset) rewinds every
 /// region to its start, so after warm-up an inference makes **zero** system
 /// allocations, and what the allocator holds — what the system keeps resident
-/// for it — stays within 12.5% (plus 64 KiB) of the most each thread used in
+/// for it — stays within 12.5% (plus 16 KiB) of the most each thread used in
 /// one window, from the first inference on. Where address space cannot be
 /// reserved (Miri, `ulimit -v`, systems other than Unix), regions use heap
 /// blocks sized to their peak instead.

@@ -443,9 +443,9 @@ fn outgrown(hot: &Hot, cold: &mut Cold, loose: &mut Vec<Chunk>) {
 }
 
 /// How many bytes a region wants usable when it must grow to `need`:
-/// 12.5% (and at least 64 KiB) more than it has, so that committing pages
+/// 12.5% (and at least 16 KiB) more than it has, so that committing pages
 /// takes few system calls while what is held stays within 12.5% (plus
-/// 64 KiB) of the most the region ever used.
+/// 16 KiB) of the most the region ever used.
 pub(super) fn growth(now: usize, need: usize, min: usize) -> usize {
     let step = (now / 8).max(4 * PAGE);
     now.saturating_add(step).max(need).max(min)
