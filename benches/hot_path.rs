@@ -9,7 +9,7 @@ use std::sync::{Barrier, RwLock};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use tempalloc::{CachingAllocator, KernelContext, MallocAllocator, TempAllocator};
+use tempalloc::{CachingAllocator, FixedAllocator, KernelContext, MallocAllocator, TempAllocator};
 
 /// Requests per kernel window: a kernel asks for a handful of tiles.
 const BATCH: usize = 32;
@@ -45,12 +45,19 @@ fn hot_path(c: &mut Criterion) {
         })
     });
 
+    // `FixedAllocator` is `Sync` (a compare-and-swap cursor, atomic
+    // counters); bumpalo's `Cell` cursor is what a `!Sync` one would cost.
+    let mut buf = vec![std::mem::MaybeUninit::uninit(); 1 << 20];
     for (name, mut temp) in [
         (
             "caching_kernel_context",
-            Box::new(CachingAllocator::new()) as Box<dyn TempAllocator>,
+            Box::new(CachingAllocator::new()) as Box<dyn TempAllocator + '_>,
         ),
         ("malloc_kernel_context", Box::new(MallocAllocator::new())),
+        (
+            "fixed_kernel_context",
+            Box::new(FixedAllocator::new(&mut buf)),
+        ),
     ] {
         group.bench_function(name, |b| b.iter(|| kernel_window(&mut *temp)));
     }
@@ -173,6 +180,13 @@ fn print_ratios() {
         bump / BATCH as f64
     );
     println!("hot path: malloc / caching = {:.1}x", malloc / caching);
+    let fixed = get("hot_path", "fixed_kernel_context");
+    println!(
+        "hot path: FixedAllocator (Sync) via KernelContext / bumpalo alloc_layout = {:.2}x  ({:.2} vs {:.2} ns per request)",
+        fixed / bump,
+        fixed / BATCH as f64,
+        bump / BATCH as f64
+    );
     println!(
         "reset: caching / bumpalo = {:.2}x",
         get("reset", "caching_reset") / get("reset", "bumpalo_reset")

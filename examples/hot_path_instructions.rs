@@ -1,13 +1,15 @@
 //! The hot path in instructions, for `scripts/instructions.sh`: requests
-//! through `KernelContext::allocate_temp` on a warm `CachingAllocator`, and
-//! the same requests through `bumpalo::Bump::alloc_layout`, each loop in a
-//! function of its own so that callgrind counts them apart. Run it alone and
-//! it only says how many requests each loop makes.
+//! through `KernelContext::allocate_temp` on a warm `CachingAllocator` (or,
+//! with the argument `fixed`, on a `FixedAllocator`), and the same requests
+//! through `bumpalo::Bump::alloc_layout`, each loop in a function of its own
+//! so that callgrind counts them apart. Run it alone and it only says how
+//! many requests each loop makes.
 
 use std::alloc::Layout;
 use std::hint::black_box;
+use std::mem::MaybeUninit;
 
-use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+use tempalloc::{CachingAllocator, CachingConfig, FixedAllocator, KernelContext, TempAllocator};
 
 /// Requests per loop: enough to make the call and loop overhead vanish.
 const N: usize = 100_000;
@@ -40,17 +42,34 @@ fn resets(temp: &mut CachingAllocator) {
     }
 }
 
+/// A context over `temp` whose allocator the compiler cannot see: given one
+/// allocator type, it could make the `dyn TempAllocator` call direct and
+/// inline it, which a kernel in another crate does not get.
+fn opaque_context(temp: &dyn TempAllocator) -> KernelContext<'_> {
+    KernelContext::new(black_box(temp))
+}
+
 fn main() {
     let mut temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false));
+    if std::env::args().nth(1).as_deref() == Some("fixed") {
+        let mut buf = vec![MaybeUninit::uninit(); N * (SIZE + ALIGN)];
+        let mut fixed = FixedAllocator::new(&mut buf);
+        for _ in 0..3 {
+            through_kernel_context(&opaque_context(&fixed));
+            fixed.reset();
+        }
+        println!("{N} requests per loop");
+        return;
+    }
     let mut bump = bumpalo::Bump::with_capacity(N * (SIZE + ALIGN));
     // Warm: the region has committed what a loop needs, bumpalo its chunk.
     for _ in 0..2 {
-        through_kernel_context(&KernelContext::new(&temp));
+        through_kernel_context(&opaque_context(&temp));
         temp.reset();
         through_bumpalo(&bump);
         bump.reset();
     }
-    through_kernel_context(&KernelContext::new(&temp));
+    through_kernel_context(&opaque_context(&temp));
     through_bumpalo(&bump);
     resets(&mut temp);
     println!("{N} requests per loop");

@@ -30,13 +30,16 @@ bin=target/release/examples/hot_path_instructions
 n=$("$bin" | sed -n 's/^\([0-9]*\) requests.*/\1/p')
 count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="hot_path_instructions::$1" \
-        "$bin" 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+        "$bin" "${@:2}" 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 ctx=$(count through_kernel_context)
 bump=$(count through_bumpalo)
+fixed=$(count through_kernel_context fixed)
 reset=$(count resets)
 printf '\n%-42s %8s\n' "hot path (instructions per request)" ""
 printf '%-42s %8.1f\n' "KernelContext::allocate_temp (caching)" "$(echo "$ctx / $n / 3" | bc -l)"
 printf '%-42s %8.1f\n' "bumpalo::Bump::alloc_layout" "$(echo "$bump / $n / 3" | bc -l)"
 printf '%-42s %8.2fx\n' "ratio" "$(echo "$ctx / $bump" | bc -l)"
+printf '%-42s %8.1f\n' "KernelContext::allocate_temp (fixed, Sync)" "$(echo "$fixed / $n / 3" | bc -l)"
+printf '%-42s %8.2fx\n' "ratio (fixed / bumpalo)" "$(echo "$fixed / $bump" | bc -l)"
 printf '%-42s %8.1f\n' "a request and a reset (caching)" "$(echo "$reset / $n" | bc -l)"

@@ -4,11 +4,11 @@ use core::alloc::Layout;
 use core::fmt;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
-use std::sync::OnceLock;
 
 use allocator_api2::alloc::{AllocError, Allocator};
 use bytemuck::Zeroable;
 
+use crate::failure::FailureSlot;
 use crate::{Error, TempAllocator};
 
 /// The context a runtime hands a kernel on every execute call: a temp
@@ -94,7 +94,7 @@ use crate::{Error, TempAllocator};
 /// ```
 pub struct KernelContext<'a> {
     temp: Option<&'a dyn TempAllocator>,
-    failure: OnceLock<Error>,
+    failure: FailureSlot,
 }
 
 /// The context worker threads share: the same type as [`KernelContext`],
@@ -153,7 +153,7 @@ impl<'a> KernelContext<'a> {
     fn from_ref(temp: Option<&'a dyn TempAllocator>) -> Self {
         KernelContext {
             temp,
-            failure: OnceLock::new(),
+            failure: FailureSlot::new(),
         }
     }
 
@@ -419,7 +419,10 @@ impl<'a> KernelContext<'a> {
     /// Records that the kernel failed, so the runtime can see why without a
     /// panic; [`with_context`] and [`Frame::kernel`](crate::Frame::kernel)
     /// return it. The first failure is kept; later ones are ignored. Worker
-    /// threads may call it at once.
+    /// threads may call it at once, and it never waits: a call that loses the
+    /// race returns before the winner's error may be visible, which
+    /// [`failure`](Self::failure) shows once the winning call has returned
+    /// (at the latest when the workers are joined).
     ///
     /// ```
     /// use tempalloc::{Error, KernelContext};
@@ -438,8 +441,7 @@ impl<'a> KernelContext<'a> {
     /// ```
     #[inline]
     pub fn fail(&self, error: Error) {
-        // The first failure explains the rest, so a second `set` is dropped.
-        let _ = self.failure.set(error);
+        self.failure.set(error);
     }
 
     /// The failure the kernel recorded, if any.
@@ -451,7 +453,7 @@ impl<'a> KernelContext<'a> {
     /// ```
     #[inline]
     pub fn failure(&self) -> Option<Error> {
-        self.failure.get().copied()
+        self.failure.get()
     }
 }
 
@@ -526,6 +528,7 @@ unsafe impl Allocator for &KernelContext<'_> {
 /// assert!(matches!(err, Error::BudgetExceeded { requested: 4194304, .. }));
 /// # Ok::<(), Error>(())
 /// ```
+#[cfg(feature = "alloc")]
 pub type ScratchVec<'c, T> = allocator_api2::vec::Vec<T, &'c KernelContext<'c>>;
 
 /// The runtime's per-execute pattern in one call: makes a context over

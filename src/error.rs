@@ -99,6 +99,7 @@ pub enum Error {
 
 impl Error {
     /// The system could not provide memory for `layout`.
+    #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn out_of_memory(layout: core::alloc::Layout) -> Self {
         Error::OutOfMemory {
@@ -109,6 +110,7 @@ impl Error {
 
     /// This error, reported for `layout` as the caller asked for it (the
     /// allocator may have carved more, such as a canary after it).
+    #[cfg(feature = "std")]
     pub(crate) fn for_request(self, layout: core::alloc::Layout) -> Self {
         match self {
             Error::BudgetExceeded { held, limit, .. } => Error::BudgetExceeded {

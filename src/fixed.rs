@@ -10,7 +10,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use crate::temp::dangling;
-use crate::{Error, Stats, TempAllocator};
+use crate::{Error, Rewind, Stats, TempAllocator};
 
 /// A bump allocator over a caller-provided buffer: no system allocation,
 /// ever, so it works without a global allocator (microcontrollers, or a
@@ -387,5 +387,44 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
             window_high_water: self.last_window_max.max(window),
             ..Stats::default()
         }
+    }
+}
+
+/// Frames over a caller's buffer, the same as over a
+/// [`CachingAllocator`](https://docs.rs/tempalloc/latest/tempalloc/struct.CachingAllocator.html):
+/// inference-long scratch and per-kernel rewinds, without `std`.
+///
+/// ```
+/// use core::mem::MaybeUninit;
+/// use tempalloc::{FixedAllocator, Rewind};
+///
+/// let mut buf = [MaybeUninit::<u8>::uninit(); 1024];
+/// let mut temp = FixedAllocator::new(&mut buf);
+/// let sum = temp.frame(|inf| {
+///     let act = inf.scratch_fill::<f32>(16, 1.0)?;
+///     inf.kernel(|ctx| {
+///         let tmp = ctx.scratch_copy(act)?;
+///         Ok(tmp.iter().sum::<f32>())
+///     })
+/// })?;
+/// assert_eq!((sum, temp.used()), (16.0, 0));
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+// SAFETY: `rewind` moves the cursor back to the checkpoint's, so only memory
+// handed out after the checkpoint is reused; what came before stays below
+// the cursor, untouched. A refused checkpoint (stale, foreign, or behind an
+// earlier rewind) changes nothing. The memory is the caller's buffer,
+// borrowed for `'buf`, never inside the `FixedAllocator` value.
+unsafe impl Rewind for FixedAllocator<'_> {
+    type Checkpoint = FixedCheckpoint;
+
+    #[inline]
+    fn checkpoint(&self) -> FixedCheckpoint {
+        FixedAllocator::checkpoint(self)
+    }
+
+    #[inline]
+    fn rewind(&mut self, checkpoint: FixedCheckpoint) -> Result<(), Error> {
+        FixedAllocator::rewind(self, checkpoint)
     }
 }

@@ -14,13 +14,15 @@ use core::ptr::NonNull;
 
 use bytemuck::Zeroable;
 
-use crate::{CachingAllocator, Checkpoint, Error, KernelContext, TempAllocator};
+use crate::{Error, KernelContext, TempAllocator};
 
 /// An allocator that can go back to an earlier point of its window, which is
 /// what [`Frame`]s are built on.
 ///
-/// [`CachingAllocator`] and [`MallocAllocator`](crate::MallocAllocator)
-/// implement it; [`frame`](Rewind::frame) is the safe way to use it.
+/// [`CachingAllocator`](crate::CachingAllocator),
+/// [`FixedAllocator`](crate::FixedAllocator) and
+/// [`MallocAllocator`](crate::MallocAllocator) implement it;
+/// [`frame`](Rewind::frame) is the safe way to use it.
 ///
 /// ```
 /// use tempalloc::{KernelContext, MallocAllocator, Rewind, TempAllocator};
@@ -106,61 +108,8 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     }
 }
 
-// SAFETY: `CachingAllocator::rewind` recycles what was allocated after the
-// checkpoint on every slot and keeps earlier blocks and cursors, fails
-// without change on a stale checkpoint, and its blocks live on the heap
-// (from the block cache), never inside the `CachingAllocator` value.
-unsafe impl Rewind for CachingAllocator {
-    type Checkpoint = Checkpoint;
-
-    #[inline]
-    fn checkpoint(&self) -> Checkpoint {
-        CachingAllocator::checkpoint(self)
-    }
-
-    #[inline]
-    fn rewind(&mut self, checkpoint: Checkpoint) -> Result<(), Error> {
-        CachingAllocator::rewind(self, checkpoint)
-    }
-}
-
-impl CachingAllocator {
-    /// Runs `f` with a [`Frame`] (usually one inference), then resets: every
-    /// buffer taken in the frame is recycled at once, also when `f` panics.
-    /// Scratch from the frame lives until it ends; each
-    /// [`kernel`](Frame::kernel) is rewound when it returns.
-    ///
-    /// ```
-    /// use tempalloc::{CachingAllocator, Error};
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// let r: Result<f32, Error> = temp.frame(|inf| {
-    ///     let act = inf.scratch::<f32>(1024)?;          // lives for the inference
-    ///     for _ in 0..3 {
-    ///         inf.kernel(|ctx| {
-    ///             let tmp = ctx.scratch::<f32>(256)?;   // recycled when the kernel returns
-    ///             tmp[0] = act[0]; act[1] += 1.0; Ok(())
-    ///         })?;
-    ///     }
-    ///     Ok(act[1])
-    /// });
-    /// assert_eq!(r?, 3.0);
-    /// # Ok::<(), Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// What `f` returns.
-    pub fn frame<R>(
-        &mut self,
-        f: impl for<'f> FnOnce(&mut Frame<'f>) -> Result<R, Error>,
-    ) -> Result<R, Error> {
-        run_frame(self, f)
-    }
-}
-
 /// The top-level frame: runs `f`, then resets `temp` (on unwind too).
-fn run_frame<A: Rewind, R>(
+pub(crate) fn run_frame<A: Rewind, R>(
     temp: &mut A,
     f: impl for<'f> FnOnce(&mut Frame<'f, A>) -> Result<R, Error>,
 ) -> Result<R, Error> {
@@ -182,7 +131,14 @@ fn run_frame<A: Rewind, R>(
     f(&mut frame)
 }
 
-/// A scope of a [`Rewind`] allocator (for [`CachingAllocator`] by default):
+/// The allocator a [`Frame`] is of when its type names none.
+#[cfg(feature = "std")]
+type DefaultTemp = crate::CachingAllocator;
+/// Without `std`, the one allocator there is: a static buffer's.
+#[cfg(not(feature = "std"))]
+type DefaultTemp = crate::FixedAllocator<'static>;
+
+/// A scope of a [`Rewind`] allocator (for [`CachingAllocator`](crate::CachingAllocator) by default):
 /// one inference, or a part of it.
 ///
 /// Memory from [`scratch`](Frame::scratch) and the other scratch methods
@@ -260,7 +216,7 @@ fn run_frame<A: Rewind, R>(
 /// assert_eq!(n, 110 + 32 + 64);
 /// # Ok::<(), Error>(())
 /// ```
-pub struct Frame<'f, A: Rewind = CachingAllocator> {
+pub struct Frame<'f, A: Rewind = DefaultTemp> {
     /// The allocator, from the `&mut A` the outermost frame holds for `'f`.
     /// Only shared references are made from it while scratch is handed out,
     /// and a `&mut` only to rewind, once no reference made from it is alive.

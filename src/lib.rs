@@ -50,46 +50,86 @@
 //! each inference in a [`Frame`] and each kernel in a kernel frame, so
 //! inference-long scratch (activations) survives the per-kernel recycling
 //! without `unsafe`; see [`CachingAllocator::frame`].
+//!
+//! # Features
+//!
+//! - `std` (default): everything below [`FixedAllocator`] in the list above,
+//!   [`BlockCache`], [`trace`] and [`testing`]. Without it the crate is
+//!   `#![no_std]` and needs no heap: [`TempAllocator`], [`KernelContext`],
+//!   [`with_context`], [`Rewind`], [`Frame`], [`Error`], [`Stats`] and
+//!   [`FixedAllocator`] use only `core` (and compare-and-swap, which
+//!   Cortex-M3 and later have), so a kernel builds unchanged for a
+//!   microcontroller. CI builds that configuration for
+//!   `thumbv7em-none-eabihf`.
+//! - `alloc`: [`ScratchVec`] and the `TempAllocator` impl for `Box`, for
+//!   targets with a global allocator but no operating system (`std` turns
+//!   it on).
+//! - `capi`: the C API (module `capi`, docs/capi.md); `cli`: the
+//!   `tempalloc-replay` binary; `dyn-stack`: `KernelContext::mem_stack`.
+//!   `capi` and `cli` turn on `std`.
+#![cfg_attr(not(feature = "std"), no_std)]
 #![deny(
     missing_docs,
     unsafe_op_in_unsafe_fn,
     clippy::undocumented_unsafe_blocks
 )]
 
-mod block;
-mod block_cache;
-mod bump;
-mod caching;
-#[cfg(feature = "capi")]
-pub mod capi;
-mod chunk;
+#[cfg(feature = "alloc")]
+extern crate alloc;
+// Unit tests use threads even where the library does not.
+#[cfg(all(test, not(feature = "std")))]
+extern crate std;
+
+// `core` only: what a kernel and a heap-less runtime need.
 mod context;
 #[cfg(feature = "dyn-stack")]
 mod dyn_stack;
 mod error;
+mod failure;
 mod fixed;
 mod frame;
-pub use fixed::{FixedAllocator, FixedCheckpoint};
-mod malloc;
-mod os;
-mod recording;
 mod stats;
 mod temp;
-pub mod testing;
-pub mod trace;
 
-pub use block_cache::{BlockCache, CacheStats};
-pub use bump::BumpAllocator;
-pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
-#[allow(deprecated)]
-pub use context::SyncKernelContext;
-pub use context::{KernelContext, ScratchVec, with_context};
+pub use context::{KernelContext, with_context};
 pub use error::Error;
+pub use fixed::{FixedAllocator, FixedCheckpoint};
 pub use frame::{Frame, Rewind};
-pub use malloc::{MallocAllocator, MallocCheckpoint};
-pub use recording::{RecordedCheckpoint, RecordingAllocator};
 pub use stats::Stats;
 pub use temp::TempAllocator;
+
+#[cfg(feature = "alloc")]
+pub use context::ScratchVec;
+
+#[allow(deprecated)]
+pub use context::SyncKernelContext;
+
+/// Puts `#[cfg(feature = "std")]` on each item it is given.
+macro_rules! with_std {
+    ($($item:item)*) => { $( #[cfg(feature = "std")] $item )* };
+}
+
+// `std`: the allocators that take memory from the system, and their tools.
+with_std! {
+    mod block;
+    mod block_cache;
+    mod bump;
+    mod caching;
+    mod chunk;
+    mod malloc;
+    mod os;
+    mod recording;
+    pub mod testing;
+    pub mod trace;
+
+    pub use block_cache::{BlockCache, CacheStats};
+    pub use bump::BumpAllocator;
+    pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
+    pub use malloc::{MallocAllocator, MallocCheckpoint};
+    pub use recording::{RecordedCheckpoint, RecordingAllocator};
+}
+#[cfg(feature = "capi")]
+pub mod capi;
 
 /// The `Allocator` trait [`ScratchVec`] and the `&KernelContext` allocator
 /// use, re-exported so a user needs no version match.

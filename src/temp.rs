@@ -127,7 +127,8 @@ macro_rules! forward_to_inner {
 /// ```
 // SAFETY: every call is forwarded to `A`, which upholds the contract; the box
 // keeps `A` at one address until it is dropped, which needs ownership.
-unsafe impl<A: ?Sized + TempAllocator> TempAllocator for Box<A> {
+#[cfg(feature = "alloc")]
+unsafe impl<A: ?Sized + TempAllocator> TempAllocator for alloc::boxed::Box<A> {
     forward_to_inner!();
 }
 

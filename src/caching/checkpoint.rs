@@ -4,7 +4,8 @@
 use std::sync::PoisonError;
 
 use super::{CachingAllocator, Shared};
-use crate::Error;
+use crate::frame::run_frame;
+use crate::{Error, Frame, Rewind};
 
 /// A position in a [`CachingAllocator`](crate::CachingAllocator)'s window,
 /// from [`checkpoint`](crate::CachingAllocator::checkpoint), to be given to
@@ -197,5 +198,60 @@ fn check(
             depth: checkpoint.depth,
             open: shared.open.len(),
         }),
+    }
+}
+
+// SAFETY: `CachingAllocator::rewind` recycles what was allocated after the
+// checkpoint in every region and keeps earlier chunks and cursors, and fails
+// without change on a stale, closed or foreign checkpoint. Scratch lives in
+// chunks (mappings or heap blocks from the block cache) that the regions
+// own, and the regions are allocations of their own, so none of it is
+// inside the `CachingAllocator` value.
+unsafe impl Rewind for CachingAllocator {
+    type Checkpoint = Checkpoint;
+
+    #[inline]
+    fn checkpoint(&self) -> Checkpoint {
+        CachingAllocator::checkpoint(self)
+    }
+
+    #[inline]
+    fn rewind(&mut self, checkpoint: Checkpoint) -> Result<(), Error> {
+        CachingAllocator::rewind(self, checkpoint)
+    }
+}
+
+impl CachingAllocator {
+    /// Runs `f` with a [`Frame`] (usually one inference), then resets: every
+    /// buffer taken in the frame is recycled at once, also when `f` panics.
+    /// Scratch from the frame lives until it ends; each
+    /// [`kernel`](Frame::kernel) is rewound when it returns.
+    ///
+    /// ```
+    /// use tempalloc::{CachingAllocator, Error};
+    ///
+    /// let mut temp = CachingAllocator::new();
+    /// let r: Result<f32, Error> = temp.frame(|inf| {
+    ///     let act = inf.scratch::<f32>(1024)?;          // lives for the inference
+    ///     for _ in 0..3 {
+    ///         inf.kernel(|ctx| {
+    ///             let tmp = ctx.scratch::<f32>(256)?;   // recycled when the kernel returns
+    ///             tmp[0] = act[0]; act[1] += 1.0; Ok(())
+    ///         })?;
+    ///     }
+    ///     Ok(act[1])
+    /// });
+    /// assert_eq!(r?, 3.0);
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// What `f` returns.
+    pub fn frame<R>(
+        &mut self,
+        f: impl for<'f> FnOnce(&mut Frame<'f>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        run_frame(self, f)
     }
 }

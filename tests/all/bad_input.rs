@@ -11,7 +11,11 @@ use tempalloc::{
     TempAllocator,
 };
 
-use crate::util::{HUGE, TOP_BIT, check, fill};
+use crate::util::{FIXED, FIXED_CAPACITY, HUGE, OwnedFixed, check, fill};
+
+/// The largest power of two, `isize::MAX + 1` (1 << 63 on 64-bit targets):
+/// a valid alignment for zero bytes, and for nothing larger.
+const TOP_BIT: usize = 1 << (usize::BITS - 1);
 
 type Make = fn() -> Box<dyn TempAllocator>;
 
@@ -36,6 +40,7 @@ const ALL: &[(&str, Make)] = &[
                 .dedicated_threshold(Some(4096)),
         ))
     }),
+    (FIXED, || Box::new(OwnedFixed::new(FIXED_CAPACITY))),
 ];
 
 /// Allocates a few patterned buffers, runs `bad` (the bad request) against
@@ -144,7 +149,7 @@ fn bytes_at_a_huge_alignment() {
     for_all(
         |name, ctx| match ctx.allocate_temp(64, align).unwrap_err() {
             Error::OutOfMemory { size, .. } => assert!(size >= 64, "{name}"),
-            other => panic!("{name}: expected OutOfMemory, got {other:?}"),
+            e => assert_fixed_is_full(name, e, 64),
         },
     );
 }
@@ -208,10 +213,21 @@ fn request_above_memory() {
             match ctx.allocate_temp(huge, align).unwrap_err() {
                 // Caching allocators ask for a whole block (size class, page aligned).
                 Error::OutOfMemory { size, .. } => assert!(size >= huge, "{name}"),
-                other => panic!("{name}: expected OutOfMemory, got {other:?}"),
+                e => assert_fixed_is_full(name, e, huge),
             }
         }
     });
+}
+
+/// Where the others run out of memory, `FixedAllocator` runs out of its
+/// buffer: `BudgetExceeded` with the request and the buffer's length.
+fn assert_fixed_is_full(name: &str, e: Error, size: usize) {
+    match e {
+        Error::BudgetExceeded {
+            requested, limit, ..
+        } if name == FIXED => assert_eq!((requested, limit), (size, FIXED_CAPACITY)),
+        other => panic!("{name}: expected OutOfMemory, got {other:?}"),
+    }
 }
 
 #[test]

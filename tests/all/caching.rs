@@ -274,7 +274,6 @@ fn threads_write_and_verify_their_own_scratch() {
                     });
                 }
             });
-            drop(ctx);
             let s = temp.stats();
             assert_eq!(s.allocations as usize, (round + 1) * threads * buffers);
             temp.reset();

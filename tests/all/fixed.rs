@@ -4,7 +4,7 @@
 use std::alloc::Layout;
 use std::mem::MaybeUninit;
 
-use tempalloc::{Error, FixedAllocator, KernelContext, TempAllocator};
+use tempalloc::{Error, FixedAllocator, KernelContext, Rewind, TempAllocator, with_context};
 
 use crate::util::{addr, check, fill};
 
@@ -307,7 +307,7 @@ fn fixed_makes_no_system_allocation() {
     // live on the stack.
     // Byte-aligned: big enough for the requests below wherever it lands.
     static mut BUF: [MaybeUninit<u8>; 16384] = [MaybeUninit::uninit(); 16384];
-    let before = crate::leaks::counts();
+    let before = crate::counting::counts();
     {
         // SAFETY: this test is the only user of `BUF`.
         let buf = unsafe { &mut *std::ptr::addr_of_mut!(BUF) };
@@ -323,10 +323,27 @@ fn fixed_makes_no_system_allocation() {
             let cp = temp.checkpoint();
             temp.rewind(cp).unwrap();
             temp.reset();
+            // The README's pattern: a frame per inference, a kernel frame
+            // per kernel, and a failure the kernel records.
+            let r = temp.frame(|inf| {
+                let x = inf.scratch_fill(64, 1.0f32)?;
+                let sum = inf.kernel(|ctx| Ok(ctx.scratch_copy(x)?.iter().sum::<f32>()))?;
+                inf.kernel(|ctx| {
+                    if let Err(e) = ctx.allocate_temp(8, 3) {
+                        ctx.fail(e);
+                    }
+                    Ok(sum)
+                })
+            });
+            assert_eq!(r, Err(Error::InvalidAlignment { align: 3 }));
+            assert_eq!(
+                with_context(&mut temp, |ctx| Ok(ctx.scratch::<u8>(9)?.len())),
+                Ok(9)
+            );
         }
         assert_eq!(temp.stats().system_allocations, 0);
     }
-    let after = crate::leaks::counts();
+    let after = crate::counting::counts();
     assert_eq!(
         (after.allocs - before.allocs, after.frees - before.frees),
         (0, 0)

@@ -1,24 +1,41 @@
 //! Frames: inference and kernel scopes, nesting, failures, panics, threads
-//! and the zero-system-allocation steady state.
+//! and the zero-system-allocation steady state, over every `Rewind`
+//! allocator (only `FixedAllocator` without `std`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use tempalloc::{
-    CachingAllocator, CachingConfig, Error, Frame, KernelContext, MallocAllocator, Rewind,
-    TempAllocator, with_context,
-};
+#[cfg(feature = "std")]
+use tempalloc::{CachingAllocator, CachingConfig, MallocAllocator};
+use tempalloc::{Error, FixedAllocator, Frame, KernelContext, Rewind, TempAllocator, with_context};
 
 use crate::util::{check, fill};
 
 const ROUNDS: usize = if cfg!(miri) { 3 } else { 20 };
 
+#[cfg(feature = "std")]
 fn caching() -> CachingAllocator {
     CachingAllocator::with_config(CachingConfig::default().min_block_size(64 * 1024))
 }
 
+/// Runs the generic test body `$body::<A>(&mut A)` once per `Rewind`
+/// allocator that shares a window: a `CachingAllocator` (with `std`) and a
+/// `FixedAllocator` over a 1 MiB buffer.
+macro_rules! for_each_rewind {
+    ($body:ident) => {{
+        #[cfg(feature = "std")]
+        $body(&mut caching());
+        // Uninitialised without a per-byte loop, which Miri would interpret.
+        let mut buf = Box::<[u8]>::new_uninit_slice(1 << 20);
+        $body(&mut FixedAllocator::new(&mut buf));
+    }};
+}
+
 #[test]
 fn the_issue_snippet_keeps_inference_scratch_across_kernels() {
-    let mut temp = caching();
+    for_each_rewind!(the_issue_snippet);
+}
+
+fn the_issue_snippet<A: Rewind>(temp: &mut A) {
     let r: Result<f32, Error> = temp.frame(|inf| {
         let act = inf.scratch::<f32>(1024)?;
         act[0] = 7.0;
@@ -41,7 +58,10 @@ fn the_issue_snippet_keeps_inference_scratch_across_kernels() {
 
 #[test]
 fn a_kernel_gets_the_same_memory_every_call_and_frame_scratch_is_intact() {
-    let mut temp = caching();
+    for_each_rewind!(same_memory_every_call);
+}
+
+fn same_memory_every_call<A: Rewind>(temp: &mut A) {
     temp.frame(|inf| {
         let act = inf.allocate_temp(3000, 64)?;
         let act = fill(act, 1);
@@ -88,16 +108,25 @@ fn nested<A: Rewind>(temp: &mut A) -> Vec<(usize, usize)> {
 
 #[test]
 fn nested_frames_rewind_to_where_they_started() {
-    let seen = nested(&mut caching());
-    assert!(seen.iter().all(|&(addr, _)| addr == seen[0].0), "{seen:?}");
+    fn same_addresses<A: Rewind>(temp: &mut A) {
+        let seen = nested(temp);
+        assert!(seen.iter().all(|&(addr, _)| addr == seen[0].0), "{seen:?}");
+    }
+    for_each_rewind!(same_addresses);
     // MallocAllocator frees exactly what the inner frame took.
-    let seen = nested(&mut MallocAllocator::new());
-    assert!(seen.iter().all(|&(_, live)| live == 1700), "{seen:?}");
+    #[cfg(feature = "std")]
+    {
+        let seen = nested(&mut MallocAllocator::new());
+        assert!(seen.iter().all(|&(_, live)| live == 1700), "{seen:?}");
+    }
 }
 
 #[test]
 fn a_recorded_failure_wins_over_ok_and_is_the_first_one() {
-    let mut temp = caching();
+    for_each_rewind!(recorded_failure_wins);
+}
+
+fn recorded_failure_wins<A: Rewind>(temp: &mut A) {
     let r = temp.frame(|inf| {
         inf.kernel(|ctx| {
             let e = ctx.allocate_temp(8, 24).unwrap_err();
@@ -113,7 +142,10 @@ fn a_recorded_failure_wins_over_ok_and_is_the_first_one() {
 
 #[test]
 fn an_error_returned_by_a_kernel_comes_out_of_the_frame() {
-    let mut temp = caching();
+    for_each_rewind!(returned_error_comes_out);
+}
+
+fn returned_error_comes_out<A: Rewind>(temp: &mut A) {
     let r: Result<(), Error> =
         temp.frame(|inf| inf.kernel(|ctx| ctx.scratch_aligned::<f32>(4, 3).map(drop)));
     assert_eq!(r, Err(Error::InvalidAlignment { align: 3 }));
@@ -121,7 +153,10 @@ fn an_error_returned_by_a_kernel_comes_out_of_the_frame() {
 
 #[test]
 fn a_panicking_kernel_is_rewound_and_the_frame_goes_on() {
-    let mut temp = caching();
+    for_each_rewind!(panicking_kernel);
+}
+
+fn panicking_kernel<A: Rewind>(temp: &mut A) {
     temp.frame(|inf| {
         let act = fill(inf.allocate_temp(512, 64)?, 3);
         let mut at = 0;
@@ -144,7 +179,10 @@ fn a_panicking_kernel_is_rewound_and_the_frame_goes_on() {
 
 #[test]
 fn a_panicking_frame_still_resets() {
-    let mut temp = caching();
+    for_each_rewind!(panicking_frame);
+}
+
+fn panicking_frame<A: Rewind>(temp: &mut A) {
     let caught = catch_unwind(AssertUnwindSafe(|| {
         let _ = temp.frame(|inf| -> Result<(), Error> {
             inf.scratch::<u8>(1000)?;
@@ -157,6 +195,7 @@ fn a_panicking_frame_still_resets() {
     assert_eq!(temp.frame(|inf| Ok(inf.scratch::<u8>(10)?.len())), Ok(10));
 }
 
+#[cfg(feature = "std")]
 #[test]
 fn frames_work_over_malloc_and_free_each_kernel() {
     let mut temp = MallocAllocator::new();
@@ -188,10 +227,11 @@ fn a_kernel_calls_another_kernel_with_its_context() {
         let mine = ctx.scratch_fill(10, 1u32)?;
         Ok(inner(ctx)? + mine.iter().sum::<u32>())
     }
-    let mut temp = caching();
-    assert_eq!(temp.frame(|inf| inf.kernel(outer)), Ok(30));
-    assert_eq!(with_context(&mut temp, outer), Ok(30));
-    assert_eq!(with_context(&mut MallocAllocator::new(), outer), Ok(30));
+    fn both_ways<A: Rewind>(temp: &mut A) {
+        assert_eq!(temp.frame(|inf| inf.kernel(outer)), Ok(30));
+        assert_eq!(with_context(temp, outer), Ok(30));
+    }
+    for_each_rewind!(both_ways);
 }
 
 /// A kernel whose workers share `ctx`: scoped threads, each with its own
@@ -226,11 +266,14 @@ fn expected_sum(workers: u64) -> u64 {
 
 #[test]
 fn a_threaded_kernel_runs_through_with_context_and_frames() {
+    for_each_rewind!(threaded_both_ways);
+}
+
+fn threaded_both_ways<A: Rewind>(temp: &mut A) {
     let workers = if cfg!(miri) { 2 } else { 4 };
-    let mut temp = caching();
     let want = expected_sum(workers);
     assert_eq!(
-        with_context(&mut temp, |ctx| threaded_kernel(ctx, None)),
+        with_context(&mut *temp, |ctx| threaded_kernel(ctx, None)),
         Ok(want)
     );
     let r = temp.frame(|inf| {
@@ -246,10 +289,11 @@ fn a_threaded_kernel_runs_through_with_context_and_frames() {
     // A worker's recorded failure reaches the runtime.
     let r = temp.frame(|inf| inf.kernel(|ctx| threaded_kernel(ctx, Some(1))));
     assert_eq!(r, Err(Error::InvalidAlignment { align: 48 }));
-    let r = with_context(&mut temp, |ctx| threaded_kernel(ctx, Some(0)));
+    let r = with_context(temp, |ctx| threaded_kernel(ctx, Some(0)));
     assert_eq!(r, Err(Error::InvalidAlignment { align: 48 }));
 }
 
+#[cfg(feature = "std")]
 #[test]
 #[cfg_attr(
     miri,
@@ -287,7 +331,7 @@ fn a_threaded_kernel_runs_on_a_rayon_pool() {
 
 /// One inference as a runtime writes it: activations for the frame, a kernel
 /// frame per layer with per-call scratch.
-fn inference(inf: &mut Frame<'_>, tokens: usize) -> Result<f32, Error> {
+fn inference<A: Rewind>(inf: &mut Frame<'_, A>, tokens: usize) -> Result<f32, Error> {
     let act = inf.scratch_aligned::<f32>(64 * tokens, 64)?;
     for (layer, a) in act.iter_mut().take(4).enumerate() {
         inf.kernel(|ctx| {
@@ -303,21 +347,27 @@ fn inference(inf: &mut Frame<'_>, tokens: usize) -> Result<f32, Error> {
 
 #[test]
 fn frames_make_no_system_allocation_after_warm_up() {
-    let mut temp = CachingAllocator::new();
+    for_each_rewind!(no_system_allocation_after_warm_up);
+}
+
+/// Counted by the test binary's global allocator, not by the allocator's
+/// own `Stats`: nothing on this thread may allocate.
+fn no_system_allocation_after_warm_up<A: Rewind>(temp: &mut A) {
     // Warm up on the largest shape.
     assert_eq!(temp.frame(|inf| inference(inf, 32)), Ok(3.0));
-    let warm = temp.stats().system_allocations;
+    let warm = crate::counting::counts().allocs;
     for round in 0..ROUNDS {
         let tokens = 1 + round % 32;
         assert_eq!(temp.frame(|inf| inference(inf, tokens)), Ok(3.0));
         assert_eq!(
-            temp.stats().system_allocations,
+            crate::counting::counts().allocs,
             warm,
             "inference {round} ({tokens} tokens) went to the system"
         );
     }
 }
 
+#[cfg(feature = "std")]
 #[test]
 fn rewind_refuses_stale_and_foreign_checkpoints() {
     let mut a = MallocAllocator::new();

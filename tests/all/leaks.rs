@@ -1,10 +1,7 @@
 //! Leaks: every allocator gives back all it took, counted two ways — by its
-//! own `Stats` and by a counting global allocator installed for the whole
-//! test binary. The global counts are per thread (tests run in parallel on
-//! threads of their own), so a test only sees its own allocations.
+//! own `Stats` and by the test binary's counting global allocator
+//! (`counting.rs`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use tempalloc::{
@@ -12,94 +9,8 @@ use tempalloc::{
     TempAllocator,
 };
 
+use crate::counting::counts;
 use crate::util::{ALLOCATORS, FIXED, check, fill};
-
-/// The system allocator, counting on the calling thread.
-struct Counting;
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocations and frees on one thread, in calls and bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Counts {
-    pub(crate) allocs: u64,
-    pub(crate) frees: u64,
-    bytes_allocated: u64,
-    bytes_freed: u64,
-}
-
-thread_local! {
-    /// Const-initialised and without a destructor: usable from the global
-    /// allocator at any point of a thread's life, allocation-free.
-    static COUNTS: Cell<Counts> = const {
-        Cell::new(Counts { allocs: 0, frees: 0, bytes_allocated: 0, bytes_freed: 0 })
-    };
-}
-
-fn count(f: impl FnOnce(&mut Counts)) {
-    let _ = COUNTS.try_with(|c| {
-        let mut counts = c.get();
-        f(&mut counts);
-        c.set(counts);
-    });
-}
-
-pub(crate) fn counts() -> Counts {
-    COUNTS.with(Cell::get)
-}
-
-// SAFETY: every call is forwarded to `System` with the same arguments; the
-// counting touches only a thread-local `Cell` and never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            count(|c| {
-                c.allocs += 1;
-                c.bytes_allocated += layout.size() as u64;
-            });
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            count(|c| {
-                c.allocs += 1;
-                c.bytes_allocated += layout.size() as u64;
-            });
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.dealloc(ptr, layout) };
-        count(|c| {
-            c.frees += 1;
-            c.bytes_freed += layout.size() as u64;
-        });
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            // A move: the old block freed, a new one allocated.
-            count(|c| {
-                c.frees += 1;
-                c.bytes_freed += layout.size() as u64;
-                c.allocs += 1;
-                c.bytes_allocated += new_size as u64;
-            });
-        }
-        new
-    }
-}
 
 /// Runs `f` and checks that it freed, on this thread, every allocation it
 /// made. Returns the allocations it made.

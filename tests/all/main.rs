@@ -1,31 +1,46 @@
 //! The integration tests, one binary with a module per topic.
+//!
+//! Without the `std` feature (`cargo test --no-default-features --test all`)
+//! only the modules that need nothing but `core` from the library are built,
+//! and the generic tests run against `FixedAllocator` alone.
 
 mod util;
 
+// `core` only from the library: these run without `std` too.
 mod alignment;
-mod bad_input;
-mod bump;
-mod caching;
-mod capi;
-mod context;
-mod debug_checks;
-#[cfg(feature = "dyn-stack")]
-mod dyn_stack;
-mod errors;
-mod exact_size_cache;
-mod faults;
+mod counting;
 mod fixed;
 mod frames;
-mod hashbrown_map;
-mod leaks;
-mod malloc;
-mod model;
 mod patterns;
-mod recording;
-mod regions;
 mod stats;
-mod stress;
-mod testing;
-mod trace;
 mod typed;
-mod vec_in;
+#[cfg(all(feature = "std", feature = "dyn-stack"))]
+mod dyn_stack;
+
+/// Puts `#[cfg(feature = "std")]` on each module it is given.
+macro_rules! with_std {
+    ($($item:item)*) => { $( #[cfg(feature = "std")] $item )* };
+}
+
+// The modules that need the library's `std` allocators.
+with_std! {
+    mod bad_input;
+    mod bump;
+    mod caching;
+    mod capi;
+    mod context;
+    mod debug_checks;
+    mod errors;
+    mod exact_size_cache;
+    mod faults;
+    mod hashbrown_map;
+    mod leaks;
+    mod malloc;
+    mod model;
+    mod recording;
+    mod regions;
+    mod stress;
+    mod testing;
+    mod trace;
+    mod vec_in;
+}

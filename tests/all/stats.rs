@@ -137,39 +137,29 @@ fn display_shows_every_counter() {
     }
 }
 
-/// Malloc and bump fill `bytes_live` and `window_high_water` (the caching
-/// allocator's are its engineer's, on the rewrite branch).
+/// Every allocator fills `bytes_live` and `window_high_water`.
 #[test]
 fn live_bytes_and_the_window_high_water_follow_the_windows() {
-    use tempalloc::{BumpAllocator, KernelContext, MallocAllocator};
-    let mut all: [(&str, Box<dyn TempAllocator>); 2] = [
-        ("MallocAllocator", Box::new(MallocAllocator::new())),
-        ("BumpAllocator", Box::new(BumpAllocator::new())),
-    ];
-    for (name, temp) in &mut all {
+    for_each_allocator(|name, temp| {
         let live = |t: &dyn TempAllocator| (t.stats().bytes_live, t.stats().window_high_water);
         {
-            let ctx = KernelContext::new(&**temp);
+            let ctx = KernelContext::new(temp);
             ctx.allocate_temp(1000, 8).unwrap();
             ctx.allocate_temp(500, 64).unwrap();
         }
-        assert_eq!(live(&**temp), (1500, 1500), "{name}");
+        assert_eq!(live(temp), (1500, 1500), "{name}");
         temp.reset();
-        assert_eq!(live(&**temp), (0, 1500), "{name}: the last window's peak");
-        KernelContext::new(&**temp).allocate_temp(200, 8).unwrap();
-        assert_eq!(live(&**temp), (200, 1500), "{name}");
+        assert_eq!(live(temp), (0, 1500), "{name}: the last window's peak");
+        KernelContext::new(temp).allocate_temp(200, 8).unwrap();
+        assert_eq!(live(temp), (200, 1500), "{name}");
         temp.reset();
+        assert_eq!(live(temp), (0, 200), "{name}: a smaller window replaces it");
+        KernelContext::new(temp).allocate_temp(300, 8).unwrap();
         assert_eq!(
-            live(&**temp),
-            (0, 200),
-            "{name}: a smaller window replaces it"
-        );
-        KernelContext::new(&**temp).allocate_temp(300, 8).unwrap();
-        assert_eq!(
-            live(&**temp),
+            live(temp),
             (300, 300),
             "{name}: the current window passed it"
         );
         assert_eq!(temp.stats().high_water, 1500, "{name}: lifetime maximum");
-    }
+    });
 }

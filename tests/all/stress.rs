@@ -250,7 +250,6 @@ fn worker_threads_share_one_sync_kernel_context() {
                     .sum()
             });
             assert_eq!(ctx.failure(), None);
-            drop(ctx);
             assert_eq!(
                 temp.stats().allocations - before,
                 done,

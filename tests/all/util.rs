@@ -4,31 +4,30 @@ use std::alloc::Layout;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::NonNull;
 
-use tempalloc::{
-    BumpAllocator, CachingAllocator, CachingConfig, Error, FixedAllocator, MallocAllocator, Stats,
-    TempAllocator,
-};
+#[cfg(feature = "std")]
+use tempalloc::{BumpAllocator, CachingAllocator, CachingConfig, MallocAllocator};
+use tempalloc::{Error, FixedAllocator, Stats, TempAllocator};
 
 /// A request no system can serve: a quarter of the address space (1 << 62
 /// on 64-bit targets, 1 << 30 on 32-bit ones).
 pub const HUGE: usize = 1 << (usize::BITS - 2);
 
-/// The largest power of two, `isize::MAX + 1` (1 << 63 on 64-bit targets):
-/// a valid alignment for zero bytes, and for nothing larger.
-pub const TOP_BIT: usize = 1 << (usize::BITS - 1);
-
 /// Makes a fresh allocator under test.
 pub type Make = fn() -> Box<dyn TempAllocator>;
 
 /// Every allocator the generic tests run against. Adding an allocator is one
-/// line here.
+/// line here. Without `std` only `FixedAllocator` is built.
 pub const ALLOCATORS: &[(&str, Make)] = &[
+    #[cfg(feature = "std")]
     ("MallocAllocator", || Box::new(MallocAllocator::new())),
+    #[cfg(feature = "std")]
     ("BumpAllocator", || Box::new(BumpAllocator::new())),
     // The default: debug checks on in debug builds (every request through
     // the locked, checked path), off in release.
+    #[cfg(feature = "std")]
     ("CachingAllocator", || Box::new(CachingAllocator::new())),
     // The lock-free fast path, in every build.
+    #[cfg(feature = "std")]
     ("CachingAllocator (checks off)", || {
         Box::new(CachingAllocator::with_config(
             CachingConfig::default().debug_checks(false),
