@@ -208,25 +208,8 @@ impl BlockCache {
         self.trim(0)
     }
 
-    /// Makes the `n`th system allocation from now (1 = the next) fail with
-    /// [`Error::OutOfMemory`], once; `0` disarms. For tests that check that
-    /// running out of memory leaves everything usable. It costs nothing
-    /// when not armed: the counter lives under the lock the slow path
-    /// already holds.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext};
-    ///
-    /// let cache = Arc::new(BlockCache::with_idle_budget(0));
-    /// let temp = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
-    /// cache.fail_nth_allocation(1);
-    /// let ctx = KernelContext::new(&temp);
-    /// assert!(matches!(ctx.scratch::<u8>(64), Err(Error::OutOfMemory { .. })));
-    /// assert!(ctx.scratch::<u8>(64).is_ok()); // usable afterwards
-    /// ```
-    #[doc(hidden)]
-    pub fn fail_nth_allocation(&self, n: u64) {
+    /// Arms fault injection: see [`crate::testing::fail_nth_allocation`].
+    pub(crate) fn fail_nth_allocation(&self, n: u64) {
         self.state().fail_countdown = n;
     }
 

@@ -4,7 +4,7 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::{Error, Rewind, Stats, TempAllocator};
+use crate::{BlockCache, Error, Rewind, Stats, TempAllocator};
 
 /// Wraps an allocator and fails its `n`th request (counted from 1 since the
 /// wrapper was made, across resets) with a chosen [`Error`]; every other
@@ -155,4 +155,26 @@ unsafe impl<A: Rewind> Rewind for FailAt<A> {
     fn rewind(&mut self, checkpoint: A::Checkpoint) -> Result<(), Error> {
         self.inner.rewind(checkpoint)
     }
+}
+
+/// Makes the `n`th system allocation of `cache` from now (1 = the next) fail
+/// with [`Error::OutOfMemory`], once; `0` disarms. For tests that check that
+/// running out of memory inside an allocator leaves everything usable. It
+/// costs nothing when not armed: the counter lives under the lock the
+/// cache's slow path already holds.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tempalloc::testing::fail_nth_allocation;
+/// use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext};
+///
+/// let cache = Arc::new(BlockCache::with_idle_budget(0));
+/// let temp = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
+/// fail_nth_allocation(&cache, 1);
+/// let ctx = KernelContext::new(&temp);
+/// assert!(matches!(ctx.scratch::<u8>(64), Err(Error::OutOfMemory { .. })));
+/// assert!(ctx.scratch::<u8>(64).is_ok()); // usable afterwards
+/// ```
+pub fn fail_nth_allocation(cache: &BlockCache, n: u64) {
+    cache.fail_nth_allocation(n);
 }

@@ -1,4 +1,4 @@
-//! Fault injection: `BlockCache::fail_nth_allocation(n)` makes the `n`th
+//! Fault injection: `testing::fail_nth_allocation(&cache, n)` makes the `n`th
 //! system block allocation fail. For every `n` up to one past the number a
 //! workload makes, the public call that hits it returns `OutOfMemory` (or
 //! the `allocator_api2` `AllocError`), and the allocator stays usable and
@@ -8,6 +8,7 @@
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
+use tempalloc::testing::fail_nth_allocation;
 use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
 use crate::util::{check, fill};
@@ -185,9 +186,9 @@ fn inject_every_failure(name: &str, config: CachingConfig, budget: usize) {
             let (cache, mut temp, before) = setup(config, budget);
             let blocks_before = cache.stats().system_allocations;
             let allocations_before = temp.stats().allocations;
-            cache.fail_nth_allocation(n);
+            fail_nth_allocation(&cache, n);
             let outcome = run_workload(&mut temp);
-            cache.fail_nth_allocation(0);
+            fail_nth_allocation(&cache, 0);
             let hit = cache.stats().system_allocations - blocks_before;
             match outcome {
                 Some((i, call, err)) => {
@@ -257,7 +258,7 @@ fn a_failed_block_allocation_leaves_earlier_buffers_intact() {
         let temp = CachingAllocator::with_cache(Arc::clone(&cache), config);
         let ctx = KernelContext::new(&temp);
         let a = fill(ctx.allocate_temp(4000, 64).unwrap(), 1);
-        cache.fail_nth_allocation(1);
+        fail_nth_allocation(&cache, 1);
         // Does not fit the first block: needs a new one, which fails.
         let err = ctx.allocate_temp(50_000, 64).unwrap_err();
         assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");

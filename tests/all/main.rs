@@ -9,13 +9,13 @@ mod util;
 // `core` only from the library: these run without `std` too.
 mod alignment;
 mod counting;
+#[cfg(all(feature = "std", feature = "dyn-stack"))]
+mod dyn_stack;
 mod fixed;
 mod frames;
 mod patterns;
 mod stats;
 mod typed;
-#[cfg(all(feature = "std", feature = "dyn-stack"))]
-mod dyn_stack;
 
 /// Puts `#[cfg(feature = "std")]` on each module it is given.
 macro_rules! with_std {
