@@ -391,8 +391,8 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
 }
 
 /// Frames over a caller's buffer, the same as over a
-/// [`CachingAllocator`](https://docs.rs/tempalloc/latest/tempalloc/struct.CachingAllocator.html):
-/// inference-long scratch and per-kernel rewinds, without `std`.
+/// [`CachingAllocator`](crate::CachingAllocator): inference-long scratch and
+/// per-kernel rewinds, without `std`.
 ///
 /// ```
 /// use core::mem::MaybeUninit;

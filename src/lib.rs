@@ -68,6 +68,9 @@
 //!   `tempalloc-replay` binary; `dyn-stack`: `KernelContext::mem_stack`.
 //!   `capi` and `cli` turn on `std`.
 #![cfg_attr(not(feature = "std"), no_std)]
+// The docs link the `std` allocators; without `std` those links have nothing
+// to point at, and the text stays.
+#![cfg_attr(not(feature = "std"), allow(rustdoc::broken_intra_doc_links))]
 #![deny(
     missing_docs,
     unsafe_op_in_unsafe_fn,
