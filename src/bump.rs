@@ -7,8 +7,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bumpalo::Bump;
 
+use crate::malloc::next_id;
 use crate::temp::dangling;
-use crate::{Error, Stats, TempAllocator};
+use crate::{Error, Rewind, Stats, TempAllocator};
 
 /// A [`TempAllocator`] over [`bumpalo::Bump`], for single-threaded users who
 /// already use bumpalo.
@@ -35,10 +36,64 @@ use crate::{Error, Stats, TempAllocator};
 ///     Err(Error::BudgetExceeded { requested: 1048576, limit: 65536, .. })
 /// ));
 /// ```
-#[derive(Debug, Default)]
+///
+/// It implements [`Rewind`], so it runs [`Frame`](crate::Frame)s, but
+/// bumpalo cannot free the middle of a chunk: a rewind recycles nothing,
+/// and every kernel's scratch stays taken until the outermost frame resets.
+/// An inference in frames therefore holds the sum of its kernels' scratch,
+/// not the most any one kernel used at once:
+///
+/// ```
+/// use tempalloc::{BumpAllocator, Rewind, TempAllocator};
+///
+/// let mut temp = BumpAllocator::new();
+/// temp.frame(|inf| {
+///     let act = inf.scratch::<f32>(256)?; // 1 KiB for the whole inference
+///     for _kernel in 0..3 {
+///         inf.kernel(|ctx| Ok(ctx.scratch_copy(act)?.len()))?;
+///     }
+///     // The three kernels' copies are still counted: nothing was recycled.
+///     assert_eq!(inf.stats().bytes_live, 4 * 1024);
+///     Ok(())
+/// })?;
+/// // The frame's reset recycled everything.
+/// assert_eq!(temp.stats().bytes_live, 0);
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+#[derive(Debug)]
 pub struct BumpAllocator {
     inner: Mutex<Inner>,
     limit: Option<usize>,
+    /// Tells this allocator's checkpoints from another's.
+    id: u64,
+}
+
+impl Default for BumpAllocator {
+    fn default() -> Self {
+        BumpAllocator {
+            inner: Mutex::default(),
+            limit: None,
+            id: next_id(),
+        }
+    }
+}
+
+/// A position in a [`BumpAllocator`]'s window, for [`Rewind`]: only which
+/// allocator and which window it belongs to, since a rewind recycles nothing.
+///
+/// ```
+/// use tempalloc::{BumpAllocator, Rewind, TempAllocator};
+///
+/// let mut temp = BumpAllocator::new();
+/// let cp = temp.checkpoint();
+/// temp.reset();
+/// assert!(temp.rewind(cp).is_err()); // a reset came after it
+/// ```
+#[derive(Debug)]
+#[must_use = "a checkpoint does nothing until it is given to `rewind`"]
+pub struct BumpCheckpoint {
+    allocator: u64,
+    resets: u64,
 }
 
 #[derive(Debug, Default)]
@@ -99,15 +154,10 @@ impl BumpAllocator {
     /// assert!(KernelContext::new(&temp).scratch::<u8>(4096).is_ok());
     /// ```
     pub fn with_limit(limit: usize) -> Self {
-        let bump = Bump::new();
-        bump.set_allocation_limit(Some(limit));
-        BumpAllocator {
-            inner: Mutex::new(Inner {
-                bump,
-                ..Inner::default()
-            }),
-            limit: Some(limit),
-        }
+        let mut temp = Self::default();
+        temp.bump().set_allocation_limit(Some(limit));
+        temp.limit = Some(limit);
+        temp
     }
 
     /// The `bumpalo::Bump` underneath, for code that already speaks bumpalo.
@@ -215,5 +265,71 @@ unsafe impl TempAllocator for BumpAllocator {
 
     fn stats(&self) -> Stats {
         self.inner().stats
+    }
+}
+
+/// A rewind checks the checkpoint and recycles nothing (see
+/// [`BumpAllocator`]): the scratch stays counted in
+/// [`bytes_live`](Stats::bytes_live) until the next reset.
+///
+/// ```
+/// use tempalloc::{BumpAllocator, Error, KernelContext, Rewind, TempAllocator};
+///
+/// let mut temp = BumpAllocator::new();
+/// let cp = temp.checkpoint();
+/// KernelContext::new(&temp).scratch::<u8>(64)?;
+/// temp.rewind(cp)?;
+/// assert_eq!(temp.stats().bytes_live, 64);
+/// let other = BumpAllocator::new();
+/// assert_eq!(temp.rewind(other.checkpoint()), Err(Error::ForeignCheckpoint));
+/// # Ok::<(), Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::ForeignCheckpoint`] for another allocator's checkpoint and
+/// [`Error::StaleCheckpoint`] when a reset came after it. A checkpoint that a
+/// rewind to an earlier one closed is accepted: there is nothing to recycle.
+// SAFETY: `rewind` never touches the bump, so:
+// - it recycles nothing: everything handed out stays valid and untouched
+//   until `reset(&mut self)` or the drop, the only places where this type
+//   lets bumpalo reuse or free chunk memory (we only ever call
+//   `try_alloc_layout`, `reset` and the drop on the `Bump`, and `bump()`
+//   lends it out through `&mut self` only); a stale, foreign or closed
+//   checkpoint cannot change that, whether refused or accepted;
+// - an error recycles nothing either;
+// - bumpalo's chunks are separate allocations from the global allocator
+//   (`Bump::new_chunk`); the `Bump` value inside our mutex holds only a
+//   `Cell` pointing at the newest chunk's footer (which sits at the end of
+//   that chunk) and the limit. Zero-sized requests get a dangling pointer.
+//   So no memory we hand out is inside the `BumpAllocator` value, and the
+//   `&mut self` a rewind takes does not invalidate it.
+unsafe impl Rewind for BumpAllocator {
+    type Checkpoint = BumpCheckpoint;
+
+    fn checkpoint(&self) -> BumpCheckpoint {
+        BumpCheckpoint {
+            allocator: self.id,
+            resets: self.inner().stats.resets,
+        }
+    }
+
+    fn rewind(&mut self, checkpoint: BumpCheckpoint) -> Result<(), Error> {
+        if checkpoint.allocator != self.id {
+            return Err(Error::ForeignCheckpoint);
+        }
+        let now = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stats
+            .resets;
+        if checkpoint.resets != now {
+            return Err(Error::StaleCheckpoint {
+                taken_at: checkpoint.resets,
+                now,
+            });
+        }
+        Ok(())
     }
 }

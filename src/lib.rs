@@ -126,7 +126,7 @@ with_std! {
     pub mod trace;
 
     pub use block_cache::{BlockCache, CacheStats};
-    pub use bump::BumpAllocator;
+    pub use bump::{BumpAllocator, BumpCheckpoint};
     pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
     pub use malloc::{MallocAllocator, MallocCheckpoint};
     pub use recording::{RecordedCheckpoint, RecordingAllocator};

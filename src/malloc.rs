@@ -34,12 +34,19 @@ pub struct MallocAllocator {
 
 impl Default for MallocAllocator {
     fn default() -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         MallocAllocator {
             state: Mutex::default(),
-            id: NEXT_ID.fetch_add(1, Relaxed),
+            id: next_id(),
         }
     }
+}
+
+/// A new id for an allocator whose checkpoints carry one (this one and
+/// [`BumpAllocator`](crate::BumpAllocator)), so that another allocator can
+/// tell its checkpoints from its own.
+pub(crate) fn next_id() -> u64 {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    NEXT_ID.fetch_add(1, Relaxed)
 }
 
 /// A position in a [`MallocAllocator`]'s window, for [`Rewind`].

@@ -1,8 +1,8 @@
 //! `BumpAllocator`: bumpalo underneath, chunks kept across resets, a limit.
 
-use tempalloc::{BumpAllocator, Error, KernelContext, TempAllocator};
+use tempalloc::{BumpAllocator, Error, KernelContext, Rewind, TempAllocator};
 
-use crate::util::{Lcg, check, fill};
+use crate::util::{Lcg, check, fill, refuses_foreign_and_stale};
 
 /// Runs one window of `shape` (sizes at 64 B alignment), checks the patterns
 /// and resets.
@@ -111,4 +111,68 @@ fn the_bump_underneath_is_the_one_that_serves() {
 fn bump_allocator_is_send_and_sync() {
     fn shareable<T: Send + Sync>(_: T) {}
     shareable(BumpAllocator::new());
+}
+
+/// One inference in frames: an activation buffer from the frame, then
+/// `kernels` kernels that each check it and take `scratch` bytes.
+fn inference(temp: &mut BumpAllocator, kernels: usize, scratch: usize) -> Result<(), Error> {
+    temp.frame(|inf| {
+        let act = fill(inf.allocate_temp(1000, 64)?, 1);
+        for tag in 2..2 + kernels {
+            inf.kernel(|ctx| {
+                check(act, 1);
+                check(fill(ctx.allocate_temp(scratch, 64)?, tag), tag);
+                Ok(())
+            })?;
+            check(act, 1);
+        }
+        // A rewind recycles nothing: every kernel's scratch still counts.
+        assert_eq!(inf.stats().bytes_live, 1000 + kernels * scratch);
+        Ok(())
+    })
+}
+
+#[test]
+fn frames_keep_frame_scratch_and_recycle_at_the_reset() {
+    let mut temp = BumpAllocator::new();
+    inference(&mut temp, 5, 3000).unwrap();
+    let first = temp.stats();
+    assert_eq!((first.resets, first.bytes_live), (1, 0));
+    assert_eq!(first.window_high_water, 1000 + 5 * 3000);
+    // The bump keeps its largest chunk, so the same inference soon needs
+    // no new chunk.
+    for _ in 0..3 {
+        inference(&mut temp, 5, 3000).unwrap();
+    }
+    let settled = temp.stats();
+    inference(&mut temp, 5, 3000).unwrap();
+    assert_eq!(temp.stats().system_allocations, settled.system_allocations);
+}
+
+#[test]
+fn a_kernel_failure_inside_a_frame_is_returned_and_the_frame_goes_on() {
+    let mut temp = BumpAllocator::with_limit(64 * 1024);
+    let r = temp.frame(|inf| {
+        let act = inf.scratch_fill(16, 7u32)?;
+        let big = inf.kernel(|ctx| Ok(ctx.scratch::<u8>(1 << 20)?.len()));
+        assert!(matches!(big, Err(Error::BudgetExceeded { .. })), "{big:?}");
+        inf.kernel(|ctx| Ok(ctx.scratch_copy(act)?.iter().sum::<u32>()))
+    });
+    assert_eq!(r, Ok(16 * 7));
+    assert_eq!(temp.stats().bytes_live, 0);
+}
+
+#[test]
+fn stale_and_foreign_checkpoints_are_refused_and_closed_ones_do_nothing() {
+    let mut temp = BumpAllocator::new();
+    refuses_foreign_and_stale(&mut temp, &BumpAllocator::new());
+    let outer = temp.checkpoint();
+    let kept = fill(KernelContext::new(&temp).allocate_temp(100, 8).unwrap(), 3).as_mut_ptr();
+    let inner = temp.checkpoint();
+    temp.rewind(outer).unwrap();
+    temp.rewind(inner).unwrap();
+    // SAFETY: no rewind recycles bump memory, and no reset came since the
+    // buffer was handed out, so its 100 bytes are still valid and ours.
+    check(unsafe { std::slice::from_raw_parts(kept, 100) }, 3);
+    assert_eq!(temp.stats().bytes_live, 100);
 }

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 #[cfg(feature = "std")]
 use tempalloc::{BumpAllocator, CachingAllocator, CachingConfig, MallocAllocator};
-use tempalloc::{Error, FixedAllocator, Stats, TempAllocator};
+use tempalloc::{Error, FixedAllocator, Rewind, Stats, TempAllocator};
 
 /// A request no system can serve: a quarter of the address space (1 << 62
 /// on 64-bit targets, 1 << 30 on 32-bit ones).
@@ -162,4 +162,22 @@ impl Lcg {
             .wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 33) % n
     }
+}
+
+/// Checks that `temp` (never reset yet) refuses `other`'s checkpoint and one
+/// that a reset made stale; the caller checks that nothing changed.
+pub fn refuses_foreign_and_stale<A: Rewind>(temp: &mut A, other: &A) {
+    assert_eq!(
+        temp.rewind(other.checkpoint()),
+        Err(Error::ForeignCheckpoint)
+    );
+    let stale = temp.checkpoint();
+    temp.reset();
+    assert_eq!(
+        temp.rewind(stale),
+        Err(Error::StaleCheckpoint {
+            taken_at: 0,
+            now: 1
+        })
+    );
 }
