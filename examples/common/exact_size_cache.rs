@@ -16,6 +16,10 @@
 //! - `reset` frees **everything** (cached and live) and starts from zero when
 //!   the total allocated since the last such purge exceeds the cap, and
 //!   otherwise moves every live block to the free lists;
+//! - `rewind` (for frames; ExecuTorch has none, it resets after every
+//!   instruction instead) does the same to the blocks handed out after the
+//!   checkpoint, and over the cap frees every block that is not live, so a
+//!   kernel frame costs what ExecuTorch's reset after that kernel costs;
 //! - the cap is a `u32`, 10 MiB by default (ExecuTorch's LLM runner).
 //!
 //! Cost model: C++'s `std::unordered_map` allocates a node for every insert
@@ -33,9 +37,10 @@ use std::alloc::Layout;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use tempalloc::{Error, Stats, TempAllocator};
+use tempalloc::{Error, Rewind, Stats, TempAllocator};
 
 /// ExecuTorch's default cap for the LLM runner's temp allocator: 10 MiB.
 pub const DEFAULT_CAP: u32 = 10 << 20;
@@ -51,6 +56,17 @@ const MIN_ALIGN: usize = 64;
 pub struct ExactSizeCache {
     cap: u32,
     state: Mutex<State>,
+    /// Tells this allocator's checkpoints from another's.
+    id: u64,
+}
+
+/// A position in an [`ExactSizeCache`]'s window, for [`Rewind`].
+#[derive(Debug)]
+pub struct ExactCheckpoint {
+    allocator: u64,
+    resets: u64,
+    /// Requests served before it: the blocks of later ones are recycled.
+    served: u64,
 }
 
 #[derive(Debug, Default)]
@@ -61,12 +77,23 @@ struct State {
     available: HashMap<usize, Box<Vec<Block>>, Hash>,
     /// `allocation_map_`: block -> grown size, for blocks handed out since
     /// the last reset. The `Box` is the C++ map node (one malloc per insert).
-    live: HashMap<Block, Box<usize>, Hash>,
+    live: HashMap<Block, Box<Live>, Hash>,
     /// `current_size_`: bytes malloced since the last purge (= bytes held).
     current_size: usize,
     /// Requested bytes handed out since the last reset.
     live_bytes: usize,
     stats: Stats,
+}
+
+/// What `live` knows of a block handed out.
+#[derive(Debug)]
+struct Live {
+    /// The block's size (the request grown for alignment).
+    grown: usize,
+    requested: usize,
+    /// `stats.allocations` once it was served, to tell which blocks a
+    /// rewind recycles.
+    serial: u64,
 }
 
 /// A block from the system allocator (the pointer malloc returned).
@@ -116,9 +143,11 @@ impl ExactSizeCache {
 
     /// The allocator with a cap of `cap` bytes.
     pub fn with_cap(cap: u32) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         ExactSizeCache {
             cap,
             state: Mutex::new(State::default()),
+            id: NEXT_ID.fetch_add(1, Relaxed),
         }
     }
 
@@ -137,31 +166,55 @@ impl ExactSizeCache {
 impl State {
     /// `free_everything()`: frees cached and live blocks, starts from zero.
     fn free_everything(&mut self) {
+        let mut freed = Freed::default();
+        for (block, live) in self.live.drain() {
+            freed.free(block, live.grown);
+        }
+        self.count(freed);
+        self.free_cached();
+    }
+
+    /// Frees every block on the free lists.
+    fn free_cached(&mut self) {
+        let mut freed = Freed::default();
         for (size, blocks) in self.available.drain() {
             for block in *blocks {
-                free(block, size);
-                self.stats.system_frees += 1;
+                freed.free(block, size);
             }
         }
-        for (block, size) in self.live.drain() {
-            free(block, *size);
-            self.stats.system_frees += 1;
-        }
-        self.current_size = 0;
-        self.stats.bytes_held = 0;
+        self.count(freed);
+    }
+
+    fn count(&mut self, freed: Freed) {
+        self.stats.system_frees += freed.blocks;
+        self.current_size -= freed.bytes;
+        self.stats.bytes_held = self.current_size;
     }
 }
 
-/// Returns a block to the system.
-fn free(block: Block, size: usize) {
-    // SAFETY: `block` came from `std::alloc::alloc` with exactly this layout
-    // (the size it is filed under, malloc's alignment), which was valid then,
-    // and each block is freed once: it is removed from the maps here.
-    unsafe {
-        std::alloc::dealloc(
-            block.0.as_ptr(),
-            Layout::from_size_align_unchecked(size, MALLOC_ALIGN),
-        )
+/// Blocks given back to the system, to be counted in [`State`]: tallied
+/// apart so blocks can be freed while the maps are borrowed.
+#[derive(Debug, Default)]
+struct Freed {
+    blocks: u64,
+    bytes: usize,
+}
+
+impl Freed {
+    /// Returns `block` of `size` bytes to the system; the caller took it out
+    /// of the maps, so each block is freed once.
+    fn free(&mut self, block: Block, size: usize) {
+        // SAFETY: `block` came from `std::alloc::alloc` with exactly this
+        // layout (the size it is filed under, malloc's alignment), which was
+        // valid then, and it is freed once (see above).
+        unsafe {
+            std::alloc::dealloc(
+                block.0.as_ptr(),
+                Layout::from_size_align_unchecked(size, MALLOC_ALIGN),
+            )
+        }
+        self.blocks += 1;
+        self.bytes += size;
     }
 }
 
@@ -211,7 +264,15 @@ unsafe impl TempAllocator for ExactSizeCache {
                 Block(ptr)
             }
         };
-        state.live.insert(block, Box::new(grown));
+        let serial = state.stats.allocations;
+        state.live.insert(
+            block,
+            Box::new(Live {
+                grown,
+                requested: size,
+                serial,
+            }),
+        );
         state.live_bytes += size;
         state.stats.high_water = state.stats.high_water.max(state.live_bytes);
         let addr = block.0.as_ptr().addr();
@@ -231,8 +292,8 @@ unsafe impl TempAllocator for ExactSizeCache {
         if state.current_size > cap as usize {
             state.free_everything();
         } else {
-            for (block, size) in state.live.drain() {
-                state.available.entry(*size).or_default().push(block);
+            for (block, live) in state.live.drain() {
+                state.available.entry(live.grown).or_default().push(block);
             }
         }
     }
@@ -249,5 +310,66 @@ impl Drop for ExactSizeCache {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .free_everything();
+    }
+}
+
+// SAFETY: a rewind takes out of `live` only the blocks served after the
+// checkpoint (`serial > served`: `stats.allocations` only grows) and leaves
+// the others live and untouched; a foreign or stale checkpoint is refused
+// before anything changes. A checkpoint that a rewind to an earlier one
+// closed recycles only blocks served after it was taken, which the contract
+// allows. Blocks come from `std::alloc`, never from inside the value.
+unsafe impl Rewind for ExactSizeCache {
+    type Checkpoint = ExactCheckpoint;
+
+    fn checkpoint(&self) -> ExactCheckpoint {
+        let state = self.state();
+        ExactCheckpoint {
+            allocator: self.id,
+            resets: state.stats.resets,
+            served: state.stats.allocations,
+        }
+    }
+
+    fn rewind(&mut self, checkpoint: ExactCheckpoint) -> Result<(), Error> {
+        let cap = self.cap as usize;
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if checkpoint.allocator != self.id {
+            return Err(Error::ForeignCheckpoint);
+        }
+        let now = state.stats.resets;
+        if checkpoint.resets != now {
+            return Err(Error::StaleCheckpoint {
+                taken_at: checkpoint.resets,
+                now,
+            });
+        }
+        // As `reset` decides, before anything moves. No buffer of our own:
+        // the model must make the system allocations ExecuTorch makes, no more.
+        let purge = state.current_size > cap;
+        let mut freed = Freed::default();
+        let State {
+            live,
+            available,
+            live_bytes,
+            ..
+        } = state;
+        live.retain(|&block, live| {
+            if live.serial <= checkpoint.served {
+                return true;
+            }
+            *live_bytes -= live.requested;
+            if purge {
+                freed.free(block, live.grown);
+            } else {
+                available.entry(live.grown).or_default().push(block);
+            }
+            false
+        });
+        state.count(freed);
+        if purge {
+            state.free_cached();
+        }
+        Ok(())
     }
 }

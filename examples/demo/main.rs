@@ -26,7 +26,9 @@ use crate::kernels::sample::Sampling;
 use crate::kernels::sdpa::SdpaPlan;
 use crate::model::{Config, Model, Weights};
 use crate::rng::Rng;
-use crate::runtime::{Run, generate, worker_pool};
+use tempalloc::Rewind;
+
+use crate::runtime::{Run, StepError, generate, worker_pool};
 
 /// Counts every system allocation in the process, whichever temp allocator
 /// runs, so the allocators are measured the same way.
@@ -114,10 +116,7 @@ fn main() -> ExitCode {
         weights: &weights,
         pool: &pool,
     };
-    let mut rng = Rng::new(config.seed);
-    let prompt: Vec<u32> = (0..config.prompt_len)
-        .map(|_| rng.below(config.vocab as u32))
-        .collect();
+    let prompt = prompt(&config);
     println!(
         "{} layers, d_model {}, {} query / {} kv heads x {}, MLP {}, vocab {}, int8 weights and KV cache",
         config.layers,
@@ -133,16 +132,13 @@ fn main() -> ExitCode {
         config.prompt_len, config.chunk, tokens
     );
 
-    let mut runs: Vec<Run> = Vec::with_capacity(allocators::ALLOCATORS.len());
-    for &(name, make) in allocators::ALLOCATORS {
-        match generate(name, make(), &model, &prompt, tokens) {
-            Ok(run) => runs.push(run),
-            Err(error) => {
-                eprintln!("error: {name}: {error}");
-                return ExitCode::FAILURE;
-            }
+    let runs = match generate_with_each(&model, &prompt, tokens) {
+        Ok(runs) => runs,
+        Err((name, error)) => {
+            eprintln!("error: {name}: {error}");
+            return ExitCode::FAILURE;
         }
-    }
+    };
     println!("kernels checked against reference: ok");
 
     let agree = check_same_tokens(&runs);
@@ -161,6 +157,50 @@ fn main() -> ExitCode {
         println!("wrote {}", path.display());
     }
     ExitCode::SUCCESS
+}
+
+/// The prompt: random tokens from the model's seed.
+fn prompt(config: &Config) -> Vec<u32> {
+    let mut rng = Rng::new(config.seed);
+    (0..config.prompt_len)
+        .map(|_| rng.below(config.vocab as u32))
+        .collect()
+}
+
+/// Generates `tokens` tokens after `prompt` with every allocator in turn,
+/// each step in a frame; stops at the first allocator that fails.
+fn generate_with_each(
+    model: &Model,
+    prompt: &[u32],
+    tokens: usize,
+) -> Result<Vec<Run>, (&'static str, StepError)> {
+    let mut generate = Generate {
+        model,
+        prompt,
+        tokens,
+        runs: Vec::with_capacity(allocators::ALLOCATORS.len()),
+    };
+    allocators::each(&mut generate)?;
+    Ok(generate.runs)
+}
+
+/// What `generate_with_each` does with each allocator.
+struct Generate<'a> {
+    model: &'a Model<'a>,
+    prompt: &'a [u32],
+    tokens: usize,
+    runs: Vec<Run>,
+}
+
+impl allocators::Each for Generate<'_> {
+    type Error = (&'static str, StepError);
+
+    fn with<A: Rewind>(&mut self, name: &'static str, temp: A) -> Result<(), Self::Error> {
+        let run = generate(name, temp, self.model, self.prompt, self.tokens)
+            .map_err(|error| (name, error))?;
+        self.runs.push(run);
+        Ok(())
+    }
 }
 
 /// Scratch memory must not change results: every run must match the first.
@@ -182,4 +222,45 @@ fn check_same_tokens(runs: &[Run]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_allocator_generates_the_same_tokens_in_frames() {
+        // A thread of its own: `worker_pool` makes its caller thread 0 of the
+        // pool, and a thread can join only one pool.
+        std::thread::spawn(|| {
+            let args = Args {
+                context: Some(6),
+                tokens: Some(3),
+                layers: Some(1),
+                chunk: Some(4),
+                tiny: true,
+                plot: None,
+            };
+            let pool = worker_pool(2).expect("threads start");
+            let config = tiny(2, &args);
+            let weights = Weights::random(&config);
+            let model = Model {
+                config,
+                weights: &weights,
+                pool: &pool,
+            };
+            let runs = generate_with_each(&model, &prompt(&config), 3).expect("every run");
+            assert_eq!(runs.len(), allocators::ALLOCATORS.len());
+            assert_eq!(check_same_tokens(&runs), Ok(()));
+            for run in &runs {
+                // Prefill chunks of 4 and 2 positions, then two decode steps.
+                assert_eq!((run.prefill_steps, run.steps.len()), (2, 4), "{}", run.name);
+                assert_eq!(run.tokens.len(), 3, "{}", run.name);
+                assert!(run.peak_live > 0, "{}", run.name);
+                assert!(run.peak_held >= run.peak_live, "{}", run.name);
+            }
+        })
+        .join()
+        .expect("the test thread passes");
+    }
 }

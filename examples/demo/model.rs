@@ -4,12 +4,14 @@
 //! weights from a fixed seed. The weights mean nothing; the shapes, the
 //! kernel calls and the scratch they ask for are those of a real LLM.
 //!
-//! Weights, the KV cache and the activations are owned `Vec`s sized once:
-//! they outlive kernel calls, so they are not scratch, and sizing them up
-//! front keeps the decode loop free of allocations of its own.
+//! Each step runs in a frame of the temp allocator: its activations are
+//! frame scratch, sized for the step's rows and recycled when the step ends.
+//! Weights and the KV cache outlive every step, so they are owned `Vec`s,
+//! sized once up front so that the decode loop makes no allocation of its
+//! own.
 
 use rayon::ThreadPool;
-use tempalloc::TempAllocator;
+use tempalloc::{Error, Frame, Rewind};
 
 use crate::kernels::quantize::{QuantMatrix, qlinear, quantize_rows};
 use crate::kernels::sample::{Sampling, sample_top_k};
@@ -138,54 +140,58 @@ fn dequantized(codes: &[i8], scales: &[f32], dim: usize) -> Vec<f32> {
         .collect()
 }
 
-/// One generation's mutable state: the KV cache and the activation buffers.
+/// One generation's state across steps: the KV cache.
 pub struct State {
     cache: Vec<LayerCache>,
     /// Positions in the cache.
     len: usize,
-    act: Activations,
-}
-
-/// Activations for up to `chunk` rows (the largest step, a prefill chunk).
-struct Activations {
-    x: Vec<f32>,
-    normed: Vec<f32>,
-    qkv: Vec<f32>,
-    q: Vec<f32>,
-    attn: Vec<f32>,
-    proj: Vec<f32>,
-    gate_up: Vec<f32>,
-    hidden: Vec<f32>,
-    logits: Vec<f32>,
 }
 
 impl State {
     /// Room for `positions` tokens in the cache, so appending never reallocates.
     pub fn new(config: &Config, positions: usize) -> Self {
-        let d = config.d_model();
-        let rows = config.chunk.max(1);
         State {
             cache: (0..config.layers)
                 .map(|_| LayerCache::new(config, positions))
                 .collect(),
             len: 0,
-            act: Activations {
-                x: vec![0.0; rows * d],
-                normed: vec![0.0; rows * d],
-                qkv: vec![0.0; rows * config.qkv_rows()],
-                q: vec![0.0; rows * d],
-                attn: vec![0.0; rows * d],
-                proj: vec![0.0; rows * d],
-                gate_up: vec![0.0; rows * 2 * config.ffn],
-                hidden: vec![0.0; rows * config.ffn],
-                logits: vec![0.0; config.vocab],
-            },
         }
     }
 
     /// Positions in the KV cache.
     pub fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// One step's activations for its `rows` positions, from the step's frame:
+/// they live across the step's kernel calls, not beyond the step.
+struct Activations<'f> {
+    x: &'f mut [f32],
+    normed: &'f mut [f32],
+    qkv: &'f mut [f32],
+    q: &'f mut [f32],
+    attn: &'f mut [f32],
+    proj: &'f mut [f32],
+    gate_up: &'f mut [f32],
+    hidden: &'f mut [f32],
+    logits: &'f mut [f32],
+}
+
+impl<'f> Activations<'f> {
+    fn new<A: Rewind>(inf: &Frame<'f, A>, config: &Config, rows: usize) -> Result<Self, Error> {
+        let d = rows * config.d_model();
+        Ok(Activations {
+            x: inf.scratch(d)?,
+            normed: inf.scratch(d)?,
+            qkv: inf.scratch(rows * config.qkv_rows())?,
+            q: inf.scratch(d)?,
+            attn: inf.scratch(d)?,
+            proj: inf.scratch(d)?,
+            gate_up: inf.scratch(rows * 2 * config.ffn)?,
+            hidden: inf.scratch(rows * config.ffn)?,
+            logits: inf.scratch(config.vocab)?,
+        })
     }
 }
 
@@ -199,21 +205,38 @@ pub struct Model<'w> {
 
 impl Model<'_> {
     /// Runs `tokens` (a prompt chunk, or one token per decode step) through
-    /// the model, appends them to the cache and samples the next token with
-    /// `uniform`. `tokens` is not empty and at most `chunk` long. Every
-    /// kernel call goes through `run_kernel`. With `check`, the first
-    /// layer's attention is compared with the naive reference.
-    pub fn step(
+    /// the model in a frame of `temp`, appends them to the cache and samples
+    /// the next token with `uniform`. `tokens` is not empty and at most
+    /// `chunk` long. With `check`, the first layer's attention is compared
+    /// with the naive reference.
+    pub fn step<A: Rewind>(
         &self,
         state: &mut State,
-        temp: &mut dyn TempAllocator,
+        temp: &mut A,
+        tokens: &[u32],
+        uniform: f32,
+        check: bool,
+    ) -> Result<u32, StepError> {
+        temp.frame(|inf| {
+            let act = Activations::new(inf, &self.config, tokens.len())?;
+            Ok(self.forward(inf, act, state, tokens, uniform, check))
+        })
+        .unwrap_or_else(|error| Err(StepError::Activations(error)))
+    }
+
+    /// The step's work inside its frame `inf`: every kernel call goes
+    /// through `run_kernel`, in a kernel frame of its own.
+    fn forward<A: Rewind>(
+        &self,
+        inf: &mut Frame<'_, A>,
+        a: Activations<'_>,
+        state: &mut State,
         tokens: &[u32],
         uniform: f32,
         check: bool,
     ) -> Result<u32, StepError> {
         let (config, weights, pool) = (&self.config, self.weights, self.pool);
         let (d, kvd, rows) = (config.d_model(), config.kv_width(), tokens.len());
-        let a = &mut state.act;
         let shape = AttentionShape {
             heads: config.heads,
             kv_heads: config.kv_heads,
@@ -221,30 +244,27 @@ impl Model<'_> {
             q_len: rows,
             kv_len: state.len + rows,
         };
-        let x = &mut a.x[..rows * d];
-        for (row, &token) in x.chunks_exact_mut(d).zip(tokens) {
+        for (row, &token) in a.x.chunks_exact_mut(d).zip(tokens) {
             weights.embed.dequantize_row(token as usize, row);
         }
 
         for (l, layer) in weights.layers.iter().enumerate() {
-            rms_norm(&a.x[..rows * d], &mut a.normed[..rows * d], d);
-            let qkv = &mut a.qkv[..rows * config.qkv_rows()];
-            run_kernel(temp, "qkv", |ctx| {
-                qlinear(ctx, pool, &a.normed[..rows * d], &layer.qkv, qkv)
+            rms_norm(a.x, a.normed, d);
+            run_kernel(inf, "qkv", |ctx| {
+                qlinear(ctx, pool, a.normed, &layer.qkv, a.qkv)
             })?;
             let cache = &mut state.cache[l];
             for (row, qkv) in
                 a.q.chunks_exact_mut(d)
-                    .zip(qkv.chunks_exact(config.qkv_rows()))
+                    .zip(a.qkv.chunks_exact(config.qkv_rows()))
             {
                 row.copy_from_slice(&qkv[..d]);
                 cache.append(&qkv[d..d + kvd], &qkv[d + kvd..], config.head_dim);
             }
 
-            let (q, attn) = (&a.q[..rows * d], &mut a.attn[..rows * d]);
             let inputs = CacheInputs {
                 shape,
-                q,
+                q: a.q,
                 k: QuantRows {
                     codes: &cache.k,
                     scales: &cache.k_scales,
@@ -254,56 +274,55 @@ impl Model<'_> {
                     scales: &cache.v_scales,
                 },
             };
-            run_kernel(temp, "sdpa", |ctx| {
-                sdpa_int8(ctx, pool, config.attention, inputs, attn)
+            run_kernel(inf, "sdpa", |ctx| {
+                sdpa_int8(ctx, pool, config.attention, inputs, a.attn)
             })?;
             if check && l == 0 {
                 let dim = config.head_dim;
                 let keys = dequantized(&cache.k, &cache.k_scales, dim);
                 let values = dequantized(&cache.v, &cache.v_scales, dim);
                 let max_diff =
-                    reference::max_abs_diff(attn, &reference::sdpa(shape, q, &keys, &values));
+                    reference::max_abs_diff(a.attn, &reference::sdpa(shape, a.q, &keys, &values));
                 if max_diff > ATTENTION_TOLERANCE {
                     return Err(StepError::Mismatch { max_diff });
                 }
             }
 
-            let proj = &mut a.proj[..rows * d];
-            run_kernel(temp, "attn_out", |ctx| {
-                qlinear(ctx, pool, attn, &layer.out, proj)
+            run_kernel(inf, "attn_out", |ctx| {
+                qlinear(ctx, pool, a.attn, &layer.out, a.proj)
             })?;
-            add(&mut a.x[..rows * d], proj);
+            add(a.x, a.proj);
 
-            rms_norm(&a.x[..rows * d], &mut a.normed[..rows * d], d);
-            let (ffn, gate_up) = (config.ffn, &mut a.gate_up[..rows * 2 * config.ffn]);
-            run_kernel(temp, "gate_up", |ctx| {
-                qlinear(ctx, pool, &a.normed[..rows * d], &layer.gate_up, gate_up)
+            rms_norm(a.x, a.normed, d);
+            run_kernel(inf, "gate_up", |ctx| {
+                qlinear(ctx, pool, a.normed, &layer.gate_up, a.gate_up)
             })?;
-            let hidden = &mut a.hidden[..rows * ffn];
-            for (h, gu) in hidden
+            let ffn = config.ffn;
+            for (h, gu) in a
+                .hidden
                 .chunks_exact_mut(ffn)
-                .zip(gate_up.chunks_exact(2 * ffn))
+                .zip(a.gate_up.chunks_exact(2 * ffn))
             {
                 let (gate, up) = gu.split_at(ffn);
                 for ((h, &g), &u) in h.iter_mut().zip(gate).zip(up) {
                     *h = silu(g) * u;
                 }
             }
-            run_kernel(temp, "down", |ctx| {
-                qlinear(ctx, pool, hidden, &layer.down, proj)
+            run_kernel(inf, "down", |ctx| {
+                qlinear(ctx, pool, a.hidden, &layer.down, a.proj)
             })?;
-            add(&mut a.x[..rows * d], proj);
+            add(a.x, a.proj);
         }
         state.len += rows;
 
         // Only the last position predicts the next token.
-        rms_norm(&a.x[(rows - 1) * d..rows * d], &mut a.normed[..d], d);
-        let logits = &mut a.logits;
-        run_kernel(temp, "lm_head", |ctx| {
-            qlinear(ctx, pool, &a.normed[..d], &weights.embed, logits)
+        let normed = &mut a.normed[..d];
+        rms_norm(&a.x[(rows - 1) * d..], normed, d);
+        run_kernel(inf, "lm_head", |ctx| {
+            qlinear(ctx, pool, normed, &weights.embed, a.logits)
         })?;
-        run_kernel(temp, "sample", |ctx| {
-            sample_top_k(ctx, logits, config.sampling, uniform)
+        run_kernel(inf, "sample", |ctx| {
+            sample_top_k(ctx, a.logits, config.sampling, uniform)
         })
     }
 }

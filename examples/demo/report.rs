@@ -7,9 +7,9 @@ use tempalloc::trace::median;
 /// each) unless said otherwise: median ms per token; median microseconds
 /// inside the temp allocator per token and the allocator's share of all
 /// decode time; minor page faults and system allocations per token (means);
-/// the peak bytes the allocator held over the peak bytes live between two
-/// resets, the first inference included; the prefill's time and page
-/// faults; whether the tokens agree with the first allocator's.
+/// the peak bytes the allocator held over the peak bytes live (taken and
+/// not rewound or reset), the first inference included; the prefill's time
+/// and page faults; whether the tokens agree with the first allocator's.
 pub fn print_table(runs: &[Run], agree: bool) {
     println!(
         "{:<17} {:>9} {:>10} {:>7} {:>13} {:>11} {:>10} {:>9} {:>14}  tokens agree",

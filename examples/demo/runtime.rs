@@ -1,7 +1,8 @@
-//! The runtime side: how kernels are called (a fresh context per call and a
-//! reset after it, as ExecuTorch does after every instruction: every kernel
-//! call goes through [`run_kernel`]) and the generation loop that times and
-//! counts each step.
+//! The runtime side: how kernels are called (each step, a prefill chunk or a
+//! decode token, in a frame of the temp allocator, and each kernel call in a
+//! kernel frame of it, rewound when the kernel returns, as ExecuTorch resets
+//! after every instruction: every kernel call goes through [`run_kernel`])
+//! and the generation loop that times and counts each step.
 
 use std::alloc::Layout;
 use std::fmt;
@@ -11,7 +12,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::{ThreadPool, ThreadPoolBuildError, ThreadPoolBuilder};
-use tempalloc::{Error, KernelContext, Stats, TempAllocator, with_context};
+use tempalloc::{Error, Frame, KernelContext, Rewind, Stats, TempAllocator};
 
 use crate::counting;
 use crate::model::{Model, State};
@@ -20,8 +21,10 @@ use crate::rng::Rng;
 /// Why a generation step stopped.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StepError {
-    /// A kernel recorded a failure in its context.
+    /// A kernel failed (or recorded a failure in its context).
     Kernel { kernel: &'static str, error: Error },
+    /// The step's frame could not take its activations.
+    Activations(Error),
     /// The tiled attention disagreed with the naive reference.
     Mismatch { max_diff: f32 },
 }
@@ -30,6 +33,7 @@ impl fmt::Display for StepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StepError::Kernel { kernel, error } => write!(f, "kernel `{kernel}` failed: {error}"),
+            StepError::Activations(error) => write!(f, "no scratch for the activations: {error}"),
             StepError::Mismatch { max_diff } => {
                 write!(
                     f,
@@ -60,14 +64,14 @@ pub fn worker_pool(threads: usize) -> Result<ThreadPool, ThreadPoolBuildError> {
     Ok(pool)
 }
 
-/// Calls one kernel: a fresh context over `temp`, then a reset that recycles
-/// all its scratch at once; the failure the kernel recorded becomes an error.
-pub fn run_kernel<R>(
-    temp: &mut dyn TempAllocator,
+/// Calls one kernel in a kernel frame of `inf`: its scratch is recycled when
+/// it returns, and its failure becomes an error that names it.
+pub fn run_kernel<A: Rewind, R>(
+    inf: &mut Frame<'_, A>,
     name: &'static str,
-    kernel: impl FnOnce(&KernelContext) -> R,
+    kernel: impl FnOnce(&KernelContext) -> Result<R, Error>,
 ) -> Result<R, StepError> {
-    with_context(temp, |ctx| Ok(kernel(ctx))).map_err(|error| StepError::Kernel {
+    inf.kernel(kernel).map_err(|error| StepError::Kernel {
         kernel: name,
         error,
     })
@@ -79,7 +83,8 @@ pub struct Step {
     /// Positions in the KV cache after the step.
     pub kv_len: usize,
     pub ms: f64,
-    /// Time inside the temp allocator (allocate and reset), timer cost subtracted.
+    /// Time inside the temp allocator (allocate, checkpoint, rewind and
+    /// reset), timer cost subtracted.
     pub alloc_ns: f64,
     /// Minor page faults in the process during the step (`getrusage`).
     pub faults: Option<u64>,
@@ -96,8 +101,9 @@ pub struct Run {
     pub prefill_steps: usize,
     /// Scratch requests in the whole run.
     pub requests: u64,
-    /// The most bytes the allocator held, and the most bytes live between
-    /// two resets, over the whole run (the first inference included).
+    /// The most bytes the allocator held, and the most bytes live (taken and
+    /// not rewound or reset), over the whole run (the first inference
+    /// included).
     pub peak_held: usize,
     pub peak_live: usize,
 }
@@ -113,9 +119,9 @@ const SAMPLING_STREAM: u64 = 0x5A3D_1E5E_ED00_0001;
 
 /// Prefills `prompt` in chunks, then generates until `count` tokens (the
 /// prefill's included) with scratch from `temp`, timing every step.
-pub fn generate(
+pub fn generate<A: Rewind>(
     name: &'static str,
-    temp: Box<dyn TempAllocator>,
+    temp: A,
     model: &Model,
     prompt: &[u32],
     count: usize,
@@ -188,10 +194,12 @@ fn minor_faults() -> Option<u64> {
 
 /// A temp allocator that times every call into the one it wraps and follows
 /// the bytes held and live, so every allocator is measured the same way.
-pub struct Timed {
-    inner: Box<dyn TempAllocator>,
+pub struct Timed<A> {
+    inner: A,
     /// Nanoseconds inside the allocator, summed over the threads.
     nanos: AtomicU64,
+    /// Bytes taken and not rewound or reset: what the program can still use,
+    /// whether or not the allocator can reuse the rest yet.
     live: AtomicUsize,
     peak_live: AtomicUsize,
     peak_held: usize,
@@ -199,8 +207,8 @@ pub struct Timed {
     overhead_ns: f64,
 }
 
-impl Timed {
-    pub fn new(inner: Box<dyn TempAllocator>) -> Self {
+impl<A: TempAllocator> Timed<A> {
+    pub fn new(inner: A) -> Self {
         Timed {
             inner,
             nanos: AtomicU64::new(0),
@@ -220,6 +228,12 @@ impl Timed {
         let ns = start.elapsed().as_nanos() as f64 - self.overhead_ns;
         self.nanos.fetch_add(ns.max(0.0) as u64, Relaxed);
     }
+
+    /// Called before memory is recycled, when what the allocator holds
+    /// includes the scratch of the scope that ends.
+    fn note_held(&mut self) {
+        self.peak_held = self.peak_held.max(self.inner.stats().bytes_held);
+    }
 }
 
 /// The median cost of timing nothing, over a few thousand tries.
@@ -236,7 +250,7 @@ pub fn timer_overhead_ns() -> f64 {
 // SAFETY: every call is forwarded to `inner` unchanged, so `inner`'s
 // guarantees (aligned, unaliased memory valid until the next reset) are ours;
 // the timing and counting touch no memory the caller sees.
-unsafe impl TempAllocator for Timed {
+unsafe impl<A: TempAllocator> TempAllocator for Timed<A> {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         let start = Instant::now();
         let result = self.inner.allocate(layout);
@@ -249,8 +263,7 @@ unsafe impl TempAllocator for Timed {
     }
 
     fn reset(&mut self) {
-        // Before the reset: what the allocator holds with the kernel's scratch live.
-        self.peak_held = self.peak_held.max(self.inner.stats().bytes_held);
+        self.note_held();
         let start = Instant::now();
         self.inner.reset();
         self.add(start);
@@ -259,6 +272,40 @@ unsafe impl TempAllocator for Timed {
 
     fn stats(&self) -> Stats {
         self.inner.stats()
+    }
+}
+
+/// A checkpoint of the wrapped allocator and the bytes live when it was taken.
+pub struct TimedCheckpoint<C> {
+    inner: C,
+    live: usize,
+}
+
+// SAFETY: `checkpoint` and `rewind` go to `inner` unchanged, which upholds
+// `Rewind`'s contract; the memory it hands out is not inside `inner`, so not
+// inside this wrapper either.
+unsafe impl<A: Rewind> Rewind for Timed<A> {
+    type Checkpoint = TimedCheckpoint<A::Checkpoint>;
+
+    fn checkpoint(&self) -> Self::Checkpoint {
+        let start = Instant::now();
+        let inner = self.inner.checkpoint();
+        self.add(start);
+        TimedCheckpoint {
+            inner,
+            live: self.live.load(Relaxed),
+        }
+    }
+
+    fn rewind(&mut self, checkpoint: Self::Checkpoint) -> Result<(), Error> {
+        self.note_held();
+        let start = Instant::now();
+        let result = self.inner.rewind(checkpoint.inner);
+        self.add(start);
+        if result.is_ok() {
+            *self.live.get_mut() = checkpoint.live;
+        }
+        result
     }
 }
 
@@ -272,4 +319,36 @@ fn progress_bar(name: &str, count: usize) -> ProgressBar {
     bar.set_style(style);
     bar.set_prefix(name.to_owned());
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use tempalloc::{BumpAllocator, CachingAllocator};
+
+    use super::*;
+
+    /// A frame of 1000 B, then kernels of 5000 B and 3000 B in it.
+    fn step<A: Rewind>(temp: &mut Timed<A>) {
+        let r = temp.frame(|inf| {
+            inf.scratch::<u8>(1000)?;
+            inf.kernel(|ctx| Ok(ctx.scratch::<u8>(5000)?.len()))?;
+            inf.kernel(|ctx| Ok(ctx.scratch::<u8>(3000)?.len()))
+        });
+        assert_eq!(r, Ok(3000));
+    }
+
+    #[test]
+    fn live_bytes_follow_rewinds_and_held_is_read_before_them() {
+        let mut caching = Timed::new(CachingAllocator::new());
+        step(&mut caching);
+        assert_eq!(*caching.peak_live.get_mut(), 6000);
+        assert_eq!(*caching.live.get_mut(), 0);
+        assert!(caching.peak_held >= 6000, "{}", caching.peak_held);
+        // bumpalo recycles nothing at a rewind: the same 6000 B live at
+        // most, but it holds every kernel's scratch.
+        let mut bump = Timed::new(BumpAllocator::new());
+        step(&mut bump);
+        assert_eq!(*bump.peak_live.get_mut(), 6000);
+        assert!(bump.peak_held >= 9000, "{}", bump.peak_held);
+    }
 }

@@ -7,8 +7,10 @@ mod model;
 use std::alloc::Layout;
 
 use model::{DEFAULT_CAP, ExactSizeCache};
-use tempalloc::TempAllocator;
 use tempalloc::trace::Trace;
+use tempalloc::{Rewind, TempAllocator};
+
+use crate::util::refuses_foreign_and_stale;
 
 fn alloc(temp: &ExactSizeCache, size: usize, align: usize) -> *mut u8 {
     let p = temp
@@ -163,4 +165,69 @@ fn empty_trace_replays() {
     let mut temp = ExactSizeCache::new();
     let report = Trace::new().replay(&mut temp).unwrap();
     assert_eq!(report.requests, 0);
+}
+
+#[test]
+fn a_rewind_recycles_the_blocks_served_after_the_checkpoint() {
+    let mut temp = ExactSizeCache::new();
+    let kept = alloc(&temp, 1000, 64);
+    let cp = temp.checkpoint();
+    let after = [alloc(&temp, 2000, 64), alloc(&temp, 1000, 64)];
+    temp.rewind(cp).unwrap();
+    assert_eq!(temp.stats().system_frees, 0, "under the cap: cached");
+    // The blocks come back for the same sizes; the kept one is still live.
+    assert_eq!(alloc(&temp, 2000, 64), after[0]);
+    assert_eq!(alloc(&temp, 1000, 64), after[1]);
+    assert_ne!(alloc(&temp, 1000, 64), kept);
+    let s = temp.stats();
+    assert_eq!((s.cache_hits, s.cache_misses), (2, 4));
+}
+
+#[test]
+fn over_the_cap_a_rewind_frees_what_is_not_live() {
+    let mut temp = ExactSizeCache::with_cap(4096);
+    let kept = temp.checkpoint();
+    alloc(&temp, 100, 64);
+    temp.rewind(kept).unwrap();
+    // Cached: 163 B; live: 1063 B; then 5063 B more take it past the cap.
+    let live = alloc(&temp, 1000, 64);
+    let cp = temp.checkpoint();
+    alloc(&temp, 5000, 64);
+    temp.rewind(cp).unwrap();
+    let s = temp.stats();
+    assert_eq!((s.system_frees, s.bytes_held), (2, 1063));
+    // SAFETY: the block is still live: the rewind freed only later blocks.
+    let byte = unsafe { live.read() };
+    assert_eq!(byte, 0xAB);
+    temp.reset();
+    assert_eq!(temp.stats().system_frees, 2, "under the cap again: cached");
+}
+
+#[test]
+fn stale_and_foreign_checkpoints_change_nothing() {
+    let mut temp = ExactSizeCache::new();
+    alloc(&temp, 1000, 64);
+    refuses_foreign_and_stale(&mut temp, &ExactSizeCache::new());
+    alloc(&temp, 1000, 64);
+    assert_eq!(temp.stats().cache_hits, 1);
+}
+
+#[test]
+fn frames_run_on_the_model() {
+    let mut temp = ExactSizeCache::new();
+    for _ in 0..2 {
+        let sum = temp.frame(|inf| {
+            let act = inf.scratch_fill(100, 1u32)?;
+            let mut sum = 0;
+            for _ in 0..3 {
+                sum += inf.kernel(|ctx| Ok(ctx.scratch_copy(act)?.iter().sum::<u32>()))?;
+            }
+            Ok(sum)
+        });
+        assert_eq!(sum, Ok(300));
+    }
+    // One block for the activations and one the three kernels share, each
+    // served again in the second inference.
+    let s = temp.stats();
+    assert_eq!((s.cache_misses, s.cache_hits), (2, 6));
 }

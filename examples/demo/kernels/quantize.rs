@@ -9,8 +9,6 @@ use tempalloc::{Error, KernelContext};
 
 use crate::rng::Rng;
 
-use super::report;
-
 /// A `rows x cols` matrix as int8 rows with one scale per row. Weights are
 /// owned, never scratch: they outlive every reset.
 #[derive(Debug, Clone)]
@@ -96,17 +94,6 @@ pub const PANEL_ROWS: usize = 64;
 /// A single row (a decode step) splits the weight rows between the threads;
 /// more rows split the input rows, and every thread packs every panel.
 pub fn qlinear(
-    ctx: &KernelContext,
-    pool: &ThreadPool,
-    x: &[f32],
-    w: &QuantMatrix,
-    out: &mut [f32],
-) {
-    let result = qlinear_in(ctx, pool, x, w, out);
-    report(ctx, result);
-}
-
-fn qlinear_in(
     ctx: &KernelContext,
     pool: &ThreadPool,
     x: &[f32],
@@ -307,8 +294,7 @@ mod tests {
         // Several input rows (split by rows) and one (split by weight rows).
         for rows in [rows, 1] {
             let mut out = vec![0.0; rows * n];
-            qlinear(&ctx, &pool, &x[..rows * k], &w, &mut out);
-            assert_eq!(ctx.failure(), None);
+            assert_eq!(qlinear(&ctx, &pool, &x[..rows * k], &w, &mut out), Ok(()));
             for (got, want) in out.iter().zip(&expected) {
                 // Two 8-bit quantizations: about 1% of the dot product's scale.
                 assert!(
@@ -320,20 +306,15 @@ mod tests {
     }
 
     #[test]
-    fn qlinear_without_temp_records_the_failure() {
+    fn qlinear_without_temp_returns_the_failure() {
         let ctx = KernelContext::without_temp();
         let mut out = [0.0; 2];
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
             .expect("threads start");
-        qlinear(
-            &ctx,
-            &pool,
-            &[1.0; 4],
-            &QuantMatrix::quantize(&[1.0; 8], 2, 4),
-            &mut out,
-        );
-        assert_eq!(ctx.failure(), Some(tempalloc::Error::NoTempAllocator));
+        let w = QuantMatrix::quantize(&[1.0; 8], 2, 4);
+        let result = qlinear(&ctx, &pool, &[1.0; 4], &w, &mut out);
+        assert_eq!(result, Err(tempalloc::Error::NoTempAllocator));
     }
 }

@@ -10,8 +10,6 @@ use rayon::ThreadPool;
 use rayon::prelude::*;
 use tempalloc::{Error, KernelContext};
 
-use super::report;
-
 /// The sizes of one attention call. Queries are the last `q_len` of the
 /// `kv_len` positions (a prefill has `q_len == kv_len`, a decode step 1), and
 /// query `i` sees keys `0..=kv_len - q_len + i`.
@@ -68,25 +66,13 @@ const FLOATS_PER_LINE: usize = 16;
 /// rows, each row `heads * head_dim` floats (head-major within the row).
 ///
 /// Scratch: every share's tile (scores, running max and sum, accumulator),
-/// taken on the calling thread because `KernelContext` is not `Sync`, and a
+/// taken once on the calling thread and split between the shares, and a
 /// head-major staging copy of the output so each share writes one
 /// contiguous range. Called from a thread of `pool` (the demo's runtime
 /// thread is one, see `runtime::worker_pool`), a call makes no system
 /// allocation of its own: the pool's threads exist already and rayon's
 /// `par_chunks_mut` splits with `join`, whose jobs live on the stack.
-#[cfg(test)]
 pub fn sdpa(
-    ctx: &KernelContext,
-    pool: &ThreadPool,
-    plan: SdpaPlan,
-    inputs: Inputs,
-    out: &mut [f32],
-) {
-    let result = sdpa_in(ctx, pool, plan, inputs, out);
-    report(ctx, result);
-}
-
-fn sdpa_in(
     ctx: &KernelContext,
     pool: &ThreadPool,
     plan: SdpaPlan,
@@ -201,25 +187,22 @@ pub fn sdpa_int8(
     plan: SdpaPlan,
     inputs: CacheInputs,
     out: &mut [f32],
-) {
-    let result = (|| {
-        let shape = inputs.shape;
-        let n = shape.kv_len * shape.kv_width();
-        let k = ctx.scratch::<f32>(n)?;
-        let v = ctx.scratch::<f32>(n)?;
-        pool.install(|| {
-            dequantize(inputs.k, shape.head_dim, k);
-            dequantize(inputs.v, shape.head_dim, v);
-        });
-        let inputs = Inputs {
-            shape,
-            q: inputs.q,
-            k,
-            v,
-        };
-        sdpa_in(ctx, pool, plan, inputs, out)
-    })();
-    report(ctx, result);
+) -> Result<(), Error> {
+    let shape = inputs.shape;
+    let n = shape.kv_len * shape.kv_width();
+    let k = ctx.scratch::<f32>(n)?;
+    let v = ctx.scratch::<f32>(n)?;
+    pool.install(|| {
+        dequantize(inputs.k, shape.head_dim, k);
+        dequantize(inputs.v, shape.head_dim, v);
+    });
+    let inputs = Inputs {
+        shape,
+        q: inputs.q,
+        k,
+        v,
+    };
+    sdpa(ctx, pool, plan, inputs, out)
 }
 
 /// `out = codes * scale`, one scale per `dim` codes, in parallel blocks.
@@ -386,7 +369,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use rayon::ThreadPoolBuilder;
-    use tempalloc::{CachingAllocator, Error, KernelContext, MallocAllocator, with_context};
+    use tempalloc::{CachingAllocator, Error, KernelContext, MallocAllocator};
 
     use super::*;
     use crate::counting::{watch_this_thread, watched_allocations};
@@ -439,8 +422,10 @@ mod tests {
             k: &k,
             v: &v,
         };
-        sdpa(&ctx, &pool(plan.workers), plan, inputs, &mut out);
-        assert_eq!(ctx.failure(), None);
+        assert_eq!(
+            sdpa(&ctx, &pool(plan.workers), plan, inputs, &mut out),
+            Ok(())
+        );
         let expected = reference::sdpa(shape, &q, &k, &v);
         let diff = reference::max_abs_diff(&out, &expected);
         assert!(
@@ -492,7 +477,7 @@ mod tests {
     }
 
     #[test]
-    fn without_temp_records_the_failure_and_does_not_panic() {
+    fn without_temp_returns_the_failure_and_does_not_panic() {
         let shape = AttentionShape {
             heads: 2,
             kv_heads: 2,
@@ -510,8 +495,8 @@ mod tests {
             k: &kv,
             v: &kv,
         };
-        sdpa(&ctx, &pool(2), PLAN, inputs, &mut out);
-        assert_eq!(ctx.failure(), Some(Error::NoTempAllocator));
+        let result = sdpa(&ctx, &pool(2), PLAN, inputs, &mut out);
+        assert_eq!(result, Err(Error::NoTempAllocator));
         assert!(
             out.iter().all(|&o| o == 0.0),
             "a failed kernel must leave its output alone"
@@ -519,7 +504,7 @@ mod tests {
     }
 
     #[test]
-    fn a_second_call_with_a_warm_caching_allocator_makes_no_system_allocation() {
+    fn a_second_frame_with_a_warm_caching_allocator_makes_no_system_allocation() {
         // A thread of its own: `worker_pool` makes its caller thread 0 of the
         // pool, and a thread can join only one pool.
         std::thread::spawn(|| {
@@ -534,19 +519,21 @@ mod tests {
                 k: &k,
                 v: &v,
             };
-            let mut out = vec![0.0; q.len()];
+            let expected = reference::sdpa(shape, &q, &k, &v);
             let mut temp = CachingAllocator::new();
-            let mut call = || {
-                with_context(&mut temp, |ctx| {
-                    sdpa(ctx, &pool, plan, inputs, &mut out);
-                    Ok(())
+            // As the demo runs a step: the output from the step's frame, the
+            // kernel in a kernel frame.
+            let mut step = || {
+                temp.frame(|inf| {
+                    let out = inf.scratch::<f32>(q.len())?;
+                    inf.kernel(|ctx| sdpa(ctx, &pool, plan, inputs, out))?;
+                    Ok(reference::max_abs_diff(out, &expected))
                 })
             };
-            assert_eq!(call(), Ok(()), "warm-up");
+            assert!(step().is_ok(), "warm-up");
             let before = watched_allocations();
-            assert_eq!(call(), Ok(()));
+            let diff = step().expect("scratch");
             assert_eq!(watched_allocations() - before, 0);
-            let diff = reference::max_abs_diff(&out, &reference::sdpa(shape, &q, &k, &v));
             assert!(diff < 1e-5, "off by {diff}");
         })
         .join()
