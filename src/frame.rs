@@ -20,8 +20,10 @@ use crate::{Error, KernelContext, TempAllocator};
 /// what [`Frame`]s are built on.
 ///
 /// [`CachingAllocator`](crate::CachingAllocator),
-/// [`FixedAllocator`](crate::FixedAllocator) and
-/// [`MallocAllocator`](crate::MallocAllocator) implement it;
+/// [`FixedAllocator`](crate::FixedAllocator),
+/// [`MallocAllocator`](crate::MallocAllocator) and
+/// [`BumpAllocator`](crate::BumpAllocator) (whose rewind recycles nothing
+/// until the reset) implement it;
 /// [`frame`](Rewind::frame) is the safe way to use it.
 ///
 /// ```
@@ -79,9 +81,13 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     ///
     /// # Errors
     ///
-    /// [`Error::StaleCheckpoint`] when the checkpoint no longer describes the
-    /// allocator (a reset came after it, a rewind went before it, or it
-    /// belongs to another allocator). Nothing changes then.
+    /// When the checkpoint no longer describes the allocator, an error that
+    /// says why, and nothing changes: [`Error::StaleCheckpoint`] when a
+    /// reset came after it or a rewind went before it;
+    /// [`Error::ForeignCheckpoint`] when it belongs to another allocator
+    /// (`CachingAllocator` and `BumpAllocator`; the others, which cannot
+    /// always tell, say `StaleCheckpoint`); [`Error::CheckpointClosed`] when
+    /// a rewind to an earlier one closed it (`CachingAllocator`).
     fn rewind(&mut self, checkpoint: Self::Checkpoint) -> Result<(), Error>;
 
     /// Runs `f` with a [`Frame`] of this allocator, then resets the
