@@ -14,7 +14,7 @@ usage: cargo run --release --example demo -- [OPTIONS]
                    the context length, one line per allocator
   -h, --help       print this help";
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Args {
     pub context: Option<usize>,
     pub tokens: Option<usize>,
@@ -35,14 +35,7 @@ impl Args {
     }
 
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
-        let mut parsed = Args {
-            context: None,
-            tokens: None,
-            layers: None,
-            chunk: None,
-            tiny: false,
-            plot: None,
-        };
+        let mut parsed = Args::default();
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -78,15 +71,7 @@ mod tests {
 
     #[test]
     fn options_and_errors() {
-        let none = Args {
-            context: None,
-            tokens: None,
-            layers: None,
-            chunk: None,
-            tiny: false,
-            plot: None,
-        };
-        assert_eq!(parse(&[]), Ok(Some(none.clone())));
+        assert_eq!(parse(&[]), Ok(Some(Args::default())));
         let args = Args {
             context: Some(64),
             tokens: Some(9),
