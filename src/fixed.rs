@@ -7,7 +7,8 @@ use core::alloc::Layout;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::AtomicUsize;
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::temp::dangling;
 use crate::{Error, Rewind, Stats, TempAllocator};
@@ -25,9 +26,10 @@ use crate::{Error, Rewind, Stats, TempAllocator};
 /// give back everything taken after a point.
 ///
 /// `Send` and `Sync`, as every `TempAllocator` is, so worker threads may share
-/// a kernel's context: the cursor moves by compare-and-swap and the per-window
-/// counters by atomic adds (word-sized, so Cortex-M4 has them; 64-bit totals
-/// are folded in at reset and rewind, through `&mut`). That costs a few locked
+/// a kernel's context: the cursor moves by compare-and-swap, and the window's
+/// request count (and alignment padding, when a request needs some) by
+/// atomic adds (word-sized, so Cortex-M4 has them; 64-bit totals are folded
+/// in at reset and rewind, through `&mut`). That costs two locked
 /// instructions a request on one thread; see the `FixedAllocator` section of
 /// `docs/design.md`. Targets without compare-and-swap (Cortex-M0) cannot
 /// build it.
@@ -64,9 +66,11 @@ pub struct FixedAllocator<'buf> {
     /// last fold.
     allocations: u64,
     bytes_requested: u64,
-    /// Bytes requested since the last reset (or up to the last rewind).
-    live: AtomicUsize,
-    /// The most bytes live in the current window, not counting `live` itself
+    /// Alignment padding below the cursor: the bytes live are `cursor -
+    /// padding`. Counted instead of the live bytes because most requests
+    /// need no padding, and so touch no counter but `count`.
+    padding: AtomicUsize,
+    /// The most bytes live in the current window, not counting those live now
     /// (folded in at rewind, reset and `stats`, off the fast path).
     window_max: AtomicUsize,
     /// The most bytes live in the window that ended at the last reset.
@@ -92,8 +96,9 @@ unsafe impl Sync for FixedAllocator<'_> {}
 /// A position in a [`FixedAllocator`] to [`rewind`](FixedAllocator::rewind)
 /// to: everything allocated after it is given back at once.
 ///
-/// A checkpoint from before the last reset, or from another allocator, is
-/// refused with [`Error::StaleCheckpoint`].
+/// A checkpoint from before the last reset is refused with
+/// [`Error::StaleCheckpoint`], one from another allocator with
+/// [`Error::ForeignCheckpoint`].
 ///
 /// ```
 /// use core::mem::MaybeUninit;
@@ -115,7 +120,7 @@ pub struct FixedCheckpoint {
     base: usize,
     capacity: usize,
     cursor: usize,
-    live: usize,
+    padding: usize,
     resets: u64,
 }
 
@@ -146,7 +151,7 @@ impl<'buf> FixedAllocator<'buf> {
             count: AtomicUsize::new(0),
             allocations: 0,
             bytes_requested: 0,
-            live: AtomicUsize::new(0),
+            padding: AtomicUsize::new(0),
             window_max: AtomicUsize::new(0),
             last_window_max: 0,
             high_water: 0,
@@ -204,12 +209,17 @@ impl<'buf> FixedAllocator<'buf> {
     /// ```
     #[must_use]
     pub fn checkpoint(&self) -> FixedCheckpoint {
+        // Padding first, as in `live`: then `cursor >= padding`. Taken while
+        // other threads allocate, the checkpoint falls somewhere among their
+        // requests, and a padding added in between may stay counted as live
+        // bytes after a rewind to it; nothing else can differ.
+        let padding = self.padding.load(Acquire);
         FixedCheckpoint {
             id: self.id,
             base: self.base.as_ptr().addr(),
             capacity: self.capacity,
             cursor: self.cursor.load(Relaxed),
-            live: self.live.load(Relaxed),
+            padding,
             resets: self.resets,
         }
     }
@@ -235,19 +245,21 @@ impl<'buf> FixedAllocator<'buf> {
     ///
     /// # Errors
     ///
-    /// [`Error::StaleCheckpoint`] when a reset came after the checkpoint, when
-    /// an earlier rewind already went before it, or when it belongs to
-    /// another allocator (over another buffer, or an earlier one over this
-    /// buffer). The allocator is then unchanged.
+    /// [`Error::StaleCheckpoint`] when a reset came after the checkpoint or
+    /// an earlier rewind already went before it; [`Error::ForeignCheckpoint`]
+    /// when it belongs to another allocator (over another buffer, or an
+    /// earlier one over this buffer). The allocator is then unchanged.
     pub fn rewind(&mut self, checkpoint: FixedCheckpoint) -> Result<(), Error> {
         let cursor = *self.cursor.get_mut();
         let ours = checkpoint.id == self.id
             && checkpoint.base == self.base.as_ptr().addr()
             && checkpoint.capacity == self.capacity;
-        if !ours
-            || checkpoint.resets != self.resets
+        if !ours {
+            return Err(Error::ForeignCheckpoint);
+        }
+        if checkpoint.resets != self.resets
             || checkpoint.cursor > cursor
-            || checkpoint.live > *self.live.get_mut()
+            || checkpoint.padding > *self.padding.get_mut()
         {
             return Err(Error::StaleCheckpoint {
                 taken_at: checkpoint.resets,
@@ -255,22 +267,38 @@ impl<'buf> FixedAllocator<'buf> {
             });
         }
         self.fold_window();
-        self.fold_counts(checkpoint.live);
+        self.fold_counts(checkpoint.cursor - checkpoint.padding);
         *self.cursor.get_mut() = checkpoint.cursor;
+        *self.padding.get_mut() = checkpoint.padding;
         Ok(())
+    }
+
+    /// Bytes handed out and live: the cursor less the padding. Padding is
+    /// added (Release) after the cursor moved past it, so once the Acquire
+    /// load sees it, the cursor load sees that move too: never negative.
+    #[inline]
+    fn live(&self) -> usize {
+        let padding = self.padding.load(Acquire);
+        let cursor = self.cursor.load(Relaxed);
+        debug_assert!(padding <= cursor);
+        cursor.saturating_sub(padding)
     }
 
     /// Folds the bytes live now into the current window's maximum.
     #[inline]
-    fn fold_window(&self) {
-        self.window_max.fetch_max(self.live.load(Relaxed), Relaxed);
+    fn fold_window(&mut self) {
+        let live = self.live();
+        let max = self.window_max.get_mut();
+        *max = (*max).max(live);
     }
 
     /// Folds the window's counters into the totals, down to `keep_live`
-    /// live bytes.
+    /// live bytes (the caller then moves the cursor and padding there).
     fn fold_counts(&mut self, keep_live: usize) {
-        let live = core::mem::replace(self.live.get_mut(), keep_live);
-        self.bytes_requested += (live - keep_live) as u64;
+        // Saturating: a checkpoint taken while other threads allocated may
+        // count a padding as live (see `checkpoint`).
+        let live = self.live();
+        self.bytes_requested += live.saturating_sub(keep_live) as u64;
         self.allocations += core::mem::take(self.count.get_mut()) as u64;
     }
 
@@ -327,7 +355,7 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
             return Ok(self.zero_sized(layout));
         }
         let mut cursor = self.cursor.load(Relaxed);
-        let start = loop {
+        let (start, pad) = loop {
             debug_assert!(cursor <= self.capacity);
             // Padding that aligns the address `base + cursor` (not the offset).
             let pad = self
@@ -348,12 +376,14 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
                 .cursor
                 .compare_exchange_weak(cursor, start + size, Relaxed, Relaxed)
             {
-                Ok(_) => break start,
+                Ok(_) => break (start, pad),
                 Err(now) => cursor = now,
             }
         };
         self.count.fetch_add(1, Relaxed);
-        self.live.fetch_add(size, Relaxed);
+        if pad != 0 {
+            self.padding.fetch_add(pad, Release);
+        }
         // SAFETY: `start + size <= capacity`, so `base + start` is inside the
         // buffer (or one past its end, impossible here as `size > 0`).
         let ptr = unsafe { self.base.add(start) };
@@ -369,11 +399,12 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
         self.high_water = self.high_water.max(window);
         *self.window_max.get_mut() = 0;
         *self.cursor.get_mut() = 0;
+        *self.padding.get_mut() = 0;
         self.resets += 1;
     }
 
     fn stats(&self) -> Stats {
-        let live = self.live.load(Relaxed);
+        let live = self.live();
         let window = self.window_max.load(Relaxed).max(live);
         Stats {
             allocations: self.allocations + self.count.load(Relaxed) as u64,

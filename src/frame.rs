@@ -84,10 +84,10 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     /// When the checkpoint no longer describes the allocator, an error that
     /// says why, and nothing changes: [`Error::StaleCheckpoint`] when a
     /// reset came after it or a rewind went before it;
-    /// [`Error::ForeignCheckpoint`] when it belongs to another allocator
-    /// (`CachingAllocator` and `BumpAllocator`; the others, which cannot
-    /// always tell, say `StaleCheckpoint`); [`Error::CheckpointClosed`] when
-    /// a rewind to an earlier one closed it (`CachingAllocator`).
+    /// [`Error::ForeignCheckpoint`] when it belongs to another allocator;
+    /// [`Error::CheckpointClosed`] when a rewind to an earlier one closed it
+    /// (`CachingAllocator`; the others say `StaleCheckpoint`, or accept it
+    /// where a rewind recycles nothing, as `BumpAllocator`'s).
     fn rewind(&mut self, checkpoint: Self::Checkpoint) -> Result<(), Error>;
 
     /// Runs `f` with a [`Frame`] of this allocator, then resets the

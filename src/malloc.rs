@@ -197,9 +197,10 @@ unsafe impl Rewind for MallocAllocator {
     fn rewind(&mut self, checkpoint: MallocCheckpoint) -> Result<(), Error> {
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         let now = state.stats.resets;
-        if checkpoint.allocator != self.id
-            || checkpoint.resets != now
-            || checkpoint.live > state.live.len()
+        if checkpoint.allocator != self.id {
+            return Err(Error::ForeignCheckpoint);
+        }
+        if checkpoint.resets != now || checkpoint.live > state.live.len()
         {
             return Err(Error::StaleCheckpoint {
                 taken_at: checkpoint.resets,

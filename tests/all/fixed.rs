@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 
 use tempalloc::{Error, FixedAllocator, KernelContext, Rewind, TempAllocator, with_context};
 
-use crate::util::{addr, check, fill};
+use crate::util::{addr, check, fill, refuses_foreign_and_stale};
 
 /// Storage whose start is 64-aligned; the tests take sub-slices of it that
 /// are only 8- or 1-aligned.
@@ -249,16 +249,8 @@ fn checkpoints_of_another_allocator_are_refused() {
     let mut b_buf = Buf::<64>::new();
     let a = FixedAllocator::new(&mut a_buf.0);
     let mut b = FixedAllocator::new(&mut b_buf.0);
-    let foreign = a.checkpoint();
     KernelContext::new(&b).allocate_temp(16, 1).unwrap();
-    assert_eq!(
-        b.rewind(foreign),
-        Err(Error::StaleCheckpoint {
-            taken_at: 0,
-            now: 0
-        })
-    );
-    assert_eq!(b.used(), 16);
+    refuses_foreign_and_stale(&mut b, &a);
     assert_eq!(b.rewind(b.checkpoint()), Ok(()));
 }
 
@@ -379,12 +371,43 @@ fn checkpoints_of_an_earlier_allocator_over_the_same_buffer_are_refused() {
     };
     let mut temp = FixedAllocator::new(&mut storage.0);
     KernelContext::new(&temp).allocate_temp(32, 1).unwrap();
-    assert_eq!(
-        temp.rewind(earlier),
-        Err(Error::StaleCheckpoint {
-            taken_at: 0,
-            now: 0
-        })
-    );
+    assert_eq!(temp.rewind(earlier), Err(Error::ForeignCheckpoint));
     assert_eq!(temp.used(), 32);
+}
+
+/// Worker threads sharing one context: disjoint buffers, and counters (the
+/// live bytes come from the cursor less the padding) exact once joined.
+#[test]
+fn threads_sharing_a_context_get_disjoint_buffers_and_exact_counts() {
+    let (threads, per_thread) = if cfg!(miri) { (3, 8) } else { (4, 500) };
+    let size = |t: usize, i: usize| 1 + (t * 131 + i * 17) % 300;
+    let mut buf = Box::<[u8]>::new_uninit_slice(1 << 20);
+    let mut temp = FixedAllocator::new(&mut buf);
+    let ctx = KernelContext::new(&temp);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let ctx = &ctx;
+            s.spawn(move || {
+                let bufs: Vec<_> = (0..per_thread)
+                    .map(|i| {
+                        // Alignments from 1 to 64, so most requests pad.
+                        let b = ctx.allocate_temp(size(t, i), 1 << (i % 7)).unwrap();
+                        fill(b, t * per_thread + i)
+                    })
+                    .collect();
+                for (i, b) in bufs.iter().enumerate() {
+                    check(b, t * per_thread + i);
+                }
+            });
+        }
+    });
+    let want: usize = (0..threads)
+        .flat_map(|t| (0..per_thread).map(move |i| size(t, i)))
+        .sum();
+    let s = temp.stats();
+    assert_eq!(s.allocations as usize, threads * per_thread);
+    assert_eq!((s.bytes_live, s.window_high_water), (want, want));
+    assert!(temp.used() >= want);
+    temp.reset();
+    assert_eq!(temp.stats().bytes_requested as usize, want);
 }
