@@ -445,6 +445,10 @@ impl CachingAllocator {
             Some(c) => (growth(c.usable(), need, 2 * c.usable()), 2 * c.capacity()),
         };
         let options = self.chunk_options(reserve.max(need));
+        // Room in the books first: a `Vec` that cannot grow aborts.
+        if !cold.reserve_retired() || spare.try_reserve(1).is_err() {
+            return Err(Error::out_of_memory(layout));
+        }
         if spare.is_empty() {
             // A region parked at the last reset, whose owner has not asked
             // for it back: an exited thread's, or an idle one's.

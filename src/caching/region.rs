@@ -3,6 +3,7 @@
 //! the fast path, and how a region grows, rewinds and resets.
 
 use core::alloc::Layout;
+use core::mem;
 use core::ptr::{self, NonNull};
 use std::sync::atomic::{
     AtomicPtr, AtomicUsize, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed,
@@ -274,11 +275,12 @@ impl Region {
         let folded = hot.fold(cold, mark.live);
         // The chunk that was current at the mark becomes current again; the
         // ones after it are loose.
+        // (Drained in place: a rewind allocates nothing for its own books.)
         if mark.retired < cold.retired.len() {
-            let mut later = cold.retired.split_off(mark.retired);
-            let current = later.remove(0);
-            loose.append(&mut later);
-            loose.extend(cold.chunk.replace(current));
+            let mut later = cold.retired.drain(mark.retired..);
+            let current = later.next();
+            loose.extend(later);
+            loose.extend(mem::replace(&mut cold.chunk, current));
         }
         cold.retired_used = mark.retired_used;
         hot.install(cold.chunk.as_ref(), mark.cursor);
@@ -405,6 +407,13 @@ impl Cold {
     /// The current chunk.
     pub(super) fn chunk(&mut self) -> Option<&mut Chunk> {
         self.chunk.as_mut()
+    }
+
+    /// Makes room to retire the current chunk, so that
+    /// [`Region::switch_to`] allocates nothing (a failed allocation there
+    /// would abort). `false` if there is no memory for it.
+    pub(super) fn reserve_retired(&mut self) -> bool {
+        self.retired.try_reserve(1).is_ok()
     }
 
     /// The most bytes the region used in one window.

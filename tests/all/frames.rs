@@ -367,6 +367,21 @@ fn no_system_allocation_after_warm_up<A: Rewind>(temp: &mut A) {
     }
 }
 
+/// Heap blocks cannot grow in place: a kernel that outgrows the frame's
+/// block moves to another one, and its rewind moves back. Both moves reuse
+/// the same blocks and books every call.
+#[cfg(feature = "std")]
+#[test]
+fn a_kernel_outgrowing_its_block_makes_no_system_allocation_after_warm_up() {
+    let config = CachingConfig::default()
+        .reserve(None)
+        .min_block_size(16 * 1024);
+    let mut temp = CachingAllocator::with_config(config);
+    // 8 KiB of activations and a 32 KiB tile: more than the first block.
+    no_system_allocation_after_warm_up(&mut temp);
+    assert!(temp.stats().bytes_held > 16 * 1024 + 32 * 1024);
+}
+
 #[cfg(feature = "std")]
 #[test]
 fn rewind_refuses_stale_and_foreign_checkpoints() {
