@@ -283,9 +283,9 @@ impl tempalloc_allocator {
             state: AllocatorState {
                 temp,
                 id: NEXT_ID.fetch_add(1, Relaxed),
-                // Room for the usual nesting (inference, layer, kernel), so
-                // checkpoints make no system allocation.
-                checkpoints: Vec::with_capacity(8),
+                // As many as the allocator makes room for: up to that
+                // nesting, checkpoints make no system allocation.
+                checkpoints: Vec::with_capacity(crate::caching::NESTED_CHECKPOINTS),
                 next_serial: 1,
             },
         })))

@@ -35,6 +35,12 @@ pub struct Checkpoint {
     serial: u64,
 }
 
+/// How many checkpoints can be open at once (nested) before taking one
+/// more makes a system allocation: the allocator and every region make room
+/// for this many when they are made. Frames use one per level (inference,
+/// layer, kernel, a kernel's inner kernel), so 8 covers real nesting.
+pub(crate) const NESTED_CHECKPOINTS: usize = 8;
+
 /// An open checkpoint, as the allocator keeps it.
 #[derive(Debug)]
 pub(super) struct Open {

@@ -25,6 +25,7 @@ use crate::block_cache::{BlockCache, ChunkOptions, Taken};
 use crate::chunk::Chunk;
 use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
+pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
 use region::{Folded, Region, growth};
@@ -88,8 +89,9 @@ pub(super) struct Shared {
     /// Every region made so far.
     claimed: Claimed,
     totals: Totals,
-    /// Chunks of regions that went idle, or that a rewind took back, for the
-    /// next region that needs one.
+    /// Chunks taken over from parked regions, or that a rewind took back,
+    /// for the next region that needs one in this window. A reset gives
+    /// them to regions that outgrew their chunks, or back to the cache.
     spare: Vec<Chunk>,
     /// Chunks a reset or rewind takes off the regions, on their way to the
     /// cache or the spares: kept between calls so that they do not allocate.
@@ -200,7 +202,10 @@ impl CachingAllocator {
             // cache's `Arc`), a failure here is the global allocator's error.
             locked: Region::try_new()
                 .unwrap_or_else(|| std::alloc::handle_alloc_error(Layout::new::<region::Cold>())),
-            shared: Mutex::new(Shared::default()),
+            shared: Mutex::new(Shared {
+                open: Vec::with_capacity(NESTED_CHECKPOINTS),
+                ..Shared::default()
+            }),
             cache,
             config,
             id,
@@ -723,6 +728,13 @@ unsafe impl TempAllocator for CachingAllocator {
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
+        if !shared.spare.is_empty() {
+            // A region that outgrew its chunk may take a spare one that holds
+            // its peak; the rest go back. (`loose` is empty between calls:
+            // swapping moves no chunk and allocates nothing.)
+            debug_assert!(shared.loose.is_empty());
+            core::mem::swap(&mut shared.spare, &mut shared.loose);
+        }
         match self.regions.only(&shared.claimed) {
             // The usual case, kept short: one thread allocates.
             Some(region) if !debug_checks && shared.dedicated.is_empty() => {

@@ -10,8 +10,8 @@ use std::sync::atomic::{
 };
 
 use super::Locked;
-use super::checkpoint::Mark;
-use crate::block::PAGE;
+use super::checkpoint::{Mark, NESTED_CHECKPOINTS};
+use crate::block::{PAGE, size_class};
 use crate::block_cache::BlockCache;
 use crate::chunk::Chunk;
 
@@ -99,12 +99,16 @@ impl Region {
     /// A region with no memory yet; `None` if its cold state cannot be
     /// allocated.
     pub(super) fn try_new() -> Option<Self> {
+        let mut state = Cold::default();
+        // Room for the marks of nested checkpoints, so that taking one
+        // allocates nothing.
+        state.marks.try_reserve_exact(NESTED_CHECKPOINTS).ok()?;
         // `std::alloc` rather than `Box::new`, which aborts when it fails.
         // SAFETY: `Cold` is not zero-sized (it holds `Vec`s).
         let cold =
             NonNull::new(unsafe { std::alloc::alloc(Layout::new::<Cold>()) })?.cast::<Cold>();
         // SAFETY: fresh memory with `Cold`'s layout, written before any read.
-        unsafe { cold.write(Cold::default()) };
+        unsafe { cold.write(state) };
         Some(Region {
             hot: Hot {
                 base: AtomicPtr::new(ptr::dangling_mut()),
@@ -308,7 +312,7 @@ impl Region {
         let (hot, cold) = (&self.hot, self.cold(locked));
         cold.marks.clear();
         let folded = hot.fold(cold, 0);
-        if cold.retired.is_empty() {
+        if cold.retired.is_empty() && cold.chunk.as_ref().is_none_or(|c| c.capacity() >= cold.peak) {
             // The usual case: same chunk, back to its start.
             hot.cursor.store(0, Relaxed);
         } else {
@@ -437,16 +441,32 @@ impl Cold {
     }
 }
 
-/// A reset of a region that outgrew its chunk this window: the older chunks
-/// go to `loose`, and a heap chunk (which cannot grow in place) too, so that
-/// the next request takes one sized to the peak.
+/// A reset of a region that outgrew its chunk: in this window (it moved to
+/// other chunks), or in an earlier one (a kernel's larger chunk went back to
+/// the spares at its rewind). The older chunks go to `loose`, and so does the
+/// current one if it cannot hold the peak without moving (a heap chunk never
+/// grows). The region then takes the smallest chunk in `loose` that holds
+/// the peak and holds no more than the cache would hand out for it (a
+/// quarter over the peak's size class), if there is one: the spares are
+/// there at a reset. If not, its next request takes one sized to the peak.
+/// Either way one chunk serves the whole window from then on.
 #[cold]
 #[inline(never)]
 fn outgrown(hot: &Hot, cold: &mut Cold, loose: &mut Vec<Chunk>) {
     cold.retired_used = 0;
     loose.append(&mut cold.retired);
-    if matches!(cold.chunk, Some(Chunk::Heap(_))) {
+    let peak = cold.peak;
+    let most = size_class(peak).map_or(usize::MAX, |class| class + class / 4);
+    if cold
+        .chunk
+        .as_ref()
+        .is_some_and(|c| matches!(c, Chunk::Heap(_)) || c.capacity() < peak)
+    {
         loose.extend(cold.chunk.take());
+        let best = (0..loose.len())
+            .filter(|&i| loose[i].capacity() >= peak && loose[i].usable() <= most)
+            .min_by_key(|&i| loose[i].usable());
+        cold.chunk = best.map(|i| loose.swap_remove(i));
     }
     hot.install(cold.chunk.as_ref(), 0);
 }

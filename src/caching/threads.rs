@@ -10,10 +10,11 @@
 //! - **Thread exit.** Thread ids are small integers that the `thread_local`
 //!   crate hands back when a thread exits and gives to the next new thread,
 //!   so a new thread takes over the region (and its memory) of one that
-//!   exited. A region that served nothing in a window gives its chunk to the
-//!   allocator's spares at the reset, for the next thread that needs one.
-//!   So memory grows with the threads allocating in one window, never with
-//!   the threads ever seen, and there is no cap on the thread count.
+//!   exited. Every region but the resetting thread's is *parked* at a reset:
+//!   its owner takes it back with one atomic swap, and until then any thread
+//!   that needs a chunk may take its chunk over. So memory grows with the
+//!   threads allocating in one window, never with the threads ever seen, and
+//!   there is no cap on the thread count.
 //! - **Trim.** `trim` and `release` give memory back to the system or the
 //!   cache.
 

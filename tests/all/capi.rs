@@ -275,6 +275,31 @@ fn c_checkpoints_take_memory_in_the_first_round_only() {
     assert_eq!(rust.stats().system_allocations, rust_first);
 }
 
+/// docs/capi.md: up to 8 nested open checkpoints cost no system allocation,
+/// the first time too. Counted by the test binary's global allocator, after
+/// a round with as many requests but no checkpoint (the debug checks' books
+/// grow with the requests in a window).
+#[test]
+fn eight_nested_checkpoints_allocate_nothing_the_first_time() {
+    let mut temp = Handle::new(None);
+    for _ in 0..9 {
+        assert_eq!(temp.allocate(64, 8).1, TEMPALLOC_OK);
+    }
+    temp.reset();
+    assert_eq!(temp.allocate(64, 8).1, TEMPALLOC_OK);
+    let before = crate::counting::counts().allocs;
+    let mut open = [tempalloc_checkpoint_token::default(); 8];
+    for cp in &mut open {
+        *cp = checkpoint(&temp);
+        assert_eq!(temp.allocate(64, 8).1, TEMPALLOC_OK);
+    }
+    for cp in open.into_iter().rev() {
+        assert_eq!(rewind(&temp, cp), TEMPALLOC_OK);
+    }
+    assert_eq!(crate::counting::counts().allocs, before);
+    assert_eq!(temp.stats().bytes_live, 64);
+}
+
 #[test]
 #[cfg(debug_assertions)]
 fn a_handle_of_the_wrong_kind_is_an_invalid_handle_in_debug_builds() {
