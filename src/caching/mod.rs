@@ -369,7 +369,8 @@ impl CachingAllocator {
         if layout.size() >= self.dedicated_from {
             return self.allocate_dedicated(&mut shared, layout, 0);
         }
-        let Some(region) = self.regions.claim(&mut shared.claimed) else {
+        let Shared { claimed, token, .. } = &mut *shared;
+        let Some(region) = self.regions.claim(claimed, token) else {
             return Err(Error::out_of_memory(layout));
         };
         // SAFETY: `claim` returned the calling thread's own region. A thread

@@ -208,6 +208,13 @@ impl Region {
         unsafe { &mut *self.cold.as_ptr() }
     }
 
+    /// Whether nothing in the region is in use or marked: a thread may take
+    /// it over. Under the lock (`locked`).
+    pub(super) fn idle(&self, locked: &mut Locked) -> bool {
+        let cold = self.cold(locked);
+        self.cursor() == 0 && self.live() == 0 && cold.retired.is_empty() && cold.marks.is_empty()
+    }
+
     /// The region's offset of the first free byte.
     #[inline]
     pub(super) fn cursor(&self) -> usize {

@@ -10,7 +10,14 @@
 //! - **Thread exit.** Thread ids are small integers that the `thread_local`
 //!   crate hands back when a thread exits and gives to the next new thread,
 //!   so a new thread takes over the region (and its memory) of one that
-//!   exited. Every region but the resetting thread's is *parked* at a reset:
+//!   exited. A region still holds the exited thread's scratch until the
+//!   next rewind or reset, though (a worker that returned early from a
+//!   kernel whose siblings still run): the new thread then takes an idle
+//!   region that no thread number leads to (an *orphan*), or a new one, and
+//!   leaves the busy one as an orphan. Stacking on the busy region instead
+//!   would make its size depend on which workers overlapped, so every
+//!   region would keep growing to the worst case seen, past the peak.
+//!   Every region but the resetting thread's is *parked* at a reset:
 //!   its owner takes it back with one atomic swap, and until then any thread
 //!   that needs a chunk may take its chunk over. So memory grows with the
 //!   threads allocating in one window, never with the threads ever seen, and
@@ -21,9 +28,11 @@
 use core::alloc::Layout;
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use thread_local::ThreadLocal;
 
+use super::Locked;
 use super::region::Region;
 
 /// Every thread's region in one allocator.
@@ -41,9 +50,16 @@ pub(super) struct Regions {
     id: u64,
 }
 
-/// A region the allocator owns.
-#[derive(Clone, Copy)]
-struct Owned(NonNull<Region>);
+/// The region a thread number leads to, and the thread that uses it.
+///
+/// Only the thread that holds the number reads or writes its entry, so
+/// `Cell`s do; the number's hand-over orders an exited thread's writes
+/// before the next holder's reads.
+struct Owned {
+    region: Cell<NonNull<Region>>,
+    /// The [`serial`] of the thread that uses `region`.
+    owner: Cell<u64>,
+}
 
 // SAFETY: the pointer is to a `Region`, which is `Send` and `Sync`; which
 // thread holds a copy of the pointer does not matter.
@@ -53,7 +69,12 @@ unsafe impl Send for Owned {}
 /// `checkpoint`, `reset` and `stats`, and freed by [`Regions::free`]. Kept in
 /// the allocator's locked state.
 #[derive(Default)]
-pub(super) struct Claimed(Vec<NonNull<Region>>);
+pub(super) struct Claimed {
+    all: Vec<NonNull<Region>>,
+    /// Regions no thread number leads to any more: a thread that found its
+    /// number's region holding an exited thread's scratch left it here.
+    orphans: Vec<NonNull<Region>>,
+}
 
 // SAFETY: as for `Owned`.
 unsafe impl Send for Claimed {}
@@ -67,6 +88,23 @@ thread_local! {
     /// path's lookup is one thread-local load and one compare. Const
     /// initialised with no destructor, so reading it is a plain load.
     static LAST: Cell<(u64, *const Region)> = const { Cell::new((NONE, ptr::null())) };
+
+    /// This thread's [`serial`], 0 until it needs one.
+    static SERIAL: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Numbers that tell threads apart for as long as the process lives (unlike
+/// `ThreadLocal`'s thread numbers, which exited threads hand on).
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// The calling thread's serial: never 0, never another thread's.
+fn serial() -> u64 {
+    SERIAL.with(|serial| {
+        if serial.get() == 0 {
+            serial.set(NEXT_SERIAL.fetch_add(1, Relaxed));
+        }
+        serial.get()
+    })
 }
 
 impl Regions {
@@ -91,41 +129,74 @@ impl Regions {
         // SAFETY: only `get` and `claim` store into `LAST`, on this thread,
         // a region of the allocator with this id: this one (ids are never
         // reused, and `&self` keeps it and its regions alive). This thread's
-        // number (hence its region) stays the same until it exits.
+        // region changes only in `claim`, on this thread, which stores the
+        // new one here.
         Some(unsafe { &*region })
     }
 
     /// The calling thread's region, if it has one, through the
-    /// `ThreadLocal`; cached for [`cached`](Self::cached).
+    /// `ThreadLocal`; cached for [`cached`](Self::cached). `None` also for a
+    /// thread that inherited its number from an exited one and has not
+    /// [`claim`](Self::claim)ed the region it leads to.
     pub(super) fn get(&self) -> Option<&Region> {
         if let Some(region) = self.cached() {
             return Some(region);
         }
-        let region = self.all.get()?.0;
-        Some(self.remember(region))
+        let owned = self.all.get()?;
+        if owned.owner.get() != serial() {
+            return None;
+        }
+        Some(self.remember(owned.region.get()))
     }
 
     /// The calling thread's region, made on first use and recorded in
-    /// `claimed` (which the caller's lock guards). `None` if there is no
-    /// memory for a new region.
-    pub(super) fn claim(&self, claimed: &mut Claimed) -> Option<&Region> {
+    /// `claimed` (which the caller's lock, `locked`, guards). A thread whose
+    /// number leads to an exited thread's region takes it over if it is
+    /// idle, and otherwise leaves it as an orphan and takes an idle orphan
+    /// or a new region. `None` if there is no memory for a new region.
+    pub(super) fn claim(&self, claimed: &mut Claimed, locked: &mut Locked) -> Option<&Region> {
         if let Some(region) = self.get() {
             return Some(region);
         }
         // Room first, so that a region is never made without its record:
         // `checkpoint` must see every region, and `free` frees them.
-        claimed.0.try_reserve(1).ok()?;
-        let fresh = allocate()?;
-        // A thread that had no number yet may be given an exited thread's,
-        // and find its region: then `fresh` goes unused.
-        let region = self.all.get_or(|| Owned(fresh)).0;
-        if region == fresh {
-            claimed.0.push(fresh);
-        } else {
-            // SAFETY: `fresh` came from `allocate` and went nowhere else.
-            unsafe { release(fresh) };
+        claimed.all.try_reserve(1).ok()?;
+        claimed.orphans.try_reserve(1).ok()?;
+        // A thread's first call gives it a number, maybe an exited thread's:
+        // then the entry is there already and `made` stays false.
+        let mut made = false;
+        let owned = self
+            .all
+            .get_or_try(|| {
+                made = true;
+                let region = self.idle_region(claimed, locked).ok_or(())?;
+                Ok::<_, ()>(Owned {
+                    region: Cell::new(region),
+                    owner: Cell::new(0),
+                })
+            })
+            .ok()?;
+        let inherited = owned.region.get();
+        if !made && !self.deref(inherited).idle(locked) {
+            // The exited thread's scratch is live until the next rewind or
+            // reset: leave it be.
+            owned.region.set(self.idle_region(claimed, locked)?);
+            claimed.orphans.push(inherited);
         }
-        Some(self.remember(region))
+        owned.owner.set(serial());
+        Some(self.remember(owned.region.get()))
+    }
+
+    /// An idle orphan, taken off the list, or else a new region, recorded.
+    fn idle_region(&self, claimed: &mut Claimed, locked: &mut Locked) -> Option<NonNull<Region>> {
+        let orphans = &mut claimed.orphans;
+        if let Some(i) = (0..orphans.len()).find(|&i| self.deref(orphans[i]).idle(locked)) {
+            return Some(orphans.swap_remove(i));
+        }
+        debug_assert!(claimed.all.len() < claimed.all.capacity());
+        let fresh = allocate()?;
+        claimed.all.push(fresh);
+        Some(fresh)
     }
 
     /// Caches `region`, this thread's, for [`cached`](Self::cached).
@@ -136,13 +207,13 @@ impl Regions {
 
     /// Every region made so far, through the list the allocator keeps.
     pub(super) fn iter<'a>(&'a self, claimed: &'a Claimed) -> impl Iterator<Item = &'a Region> {
-        claimed.0.iter().map(|&region| self.deref(region))
+        claimed.all.iter().map(|&region| self.deref(region))
     }
 
     /// The one region made so far, if there is exactly one.
     #[inline]
     pub(super) fn only<'a>(&'a self, claimed: &'a Claimed) -> Option<&'a Region> {
-        match *claimed.0.as_slice() {
+        match *claimed.all.as_slice() {
             [region] => Some(self.deref(region)),
             _ => None,
         }
@@ -151,16 +222,18 @@ impl Regions {
     /// A region recorded in `Claimed`, borrowed for as long as `self`.
     #[inline]
     fn deref(&self, region: NonNull<Region>) -> &Region {
-        // SAFETY: every pointer in `Claimed` came from `self.all.get_or` and
-        // points into `self.all`, which never moves or drops an entry while it
-        // lives (we never call `clear`); the borrow is tied to `self`.
+        // SAFETY: every region pointer this allocator hands out (to
+        // `Claimed`, the `ThreadLocal`, `LAST`) came from `allocate` and is
+        // recorded in `Claimed`; regions are freed only by `free`, which
+        // takes `&mut self`, so the borrow tied to `self` cannot outlive it.
         unsafe { region.as_ref() }
     }
 
     /// Frees every region. The allocator calls this when it drops, after
     /// giving back their memory.
     pub(super) fn free(&mut self, claimed: &mut Claimed) {
-        for region in claimed.0.drain(..) {
+        claimed.orphans.clear();
+        for region in claimed.all.drain(..) {
             // SAFETY: every recorded region came from `allocate`, is freed
             // only here, and `&mut self` means no reference to it is left
             // (the `ThreadLocal` and the thread caches keep only pointers,

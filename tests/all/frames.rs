@@ -376,6 +376,7 @@ fn no_system_allocation_after<A: Rewind>(warm_ups: usize, temp: &mut A) {
 
 /// Frames `depth` deep below `f`, each with scratch of its own, the
 /// innermost a kernel: `depth` checkpoints open at once.
+#[cfg(feature = "std")]
 fn nest<A: Rewind>(f: &mut Frame<'_, A>, depth: usize) -> Result<(), Error> {
     f.allocate_temp(64, 8)?;
     match depth {

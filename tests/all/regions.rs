@@ -107,6 +107,47 @@ fn fresh_threads_every_window_reuse_the_memory_of_the_last() {
     }
 }
 
+/// Each of `threads` threads takes a buffer of `size` bytes and exits before
+/// the next starts, leaving its scratch live (until the rewind) and its
+/// thread number to the next. Returns every buffer's address and length.
+fn one_after_another(temp: &CachingAllocator, threads: usize, size: usize) -> Vec<(usize, usize)> {
+    std::thread::scope(|s| {
+        (0..threads)
+            .map(|t| {
+                let worker = s.spawn(move || {
+                    let buf = fill(KernelContext::new(temp).allocate_temp(size, 64).unwrap(), t);
+                    (buf.as_ptr() as usize, buf.len())
+                });
+                worker.join().unwrap()
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn workers_that_exit_early_leave_their_number_but_not_their_scratch() {
+    // Fresh threads per kernel, overlapping in some kernels and not in
+    // others. A thread that inherits an exited worker's number while that
+    // worker's scratch is live must not stack on it: the region would grow
+    // to the sum, and every region to the worst case ever seen.
+    let (threads, size) = (4, scaled(1 << 20, 64 << 10));
+    let mut temp = CachingAllocator::with_config(fast());
+    let mut warm = None;
+    for kernel in 0..scaled(6, 4) {
+        let cp = temp.checkpoint();
+        let ranges = match kernel % 2 {
+            0 => all_at_once(&temp, threads, 1, size),
+            _ => one_after_another(&temp, threads, size),
+        };
+        assert_disjoint(ranges);
+        let s = temp.stats();
+        assert_eq!(s.bytes_live, threads * size, "kernel {kernel}: {s}");
+        let after = *warm.get_or_insert((s.system_allocations, s.bytes_held));
+        assert_eq!((s.system_allocations, s.bytes_held), after, "kernel {kernel}: {s}");
+        temp.rewind(cp).unwrap();
+    }
+}
+
 #[test]
 fn the_per_kernel_checkpoint_pattern_takes_memory_once() {
     // The pattern from the docs, verbatim: debug checks as the build has them.
