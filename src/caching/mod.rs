@@ -262,7 +262,9 @@ impl CachingAllocator {
     /// Gives back to the system the pages no scratch uses now, while every
     /// region keeps its address range: resident memory falls to what is live
     /// (nothing, right after a reset), and the next window commits pages
-    /// again as it needs them. Idle spare memory goes back to the cache. For
+    /// again as it needs them: every region forgets the most it ever used,
+    /// so it grows to what its thread uses from now on. Idle spare memory
+    /// goes back to the cache. For
     /// a memory warning between inferences, when the next inference should
     /// still be cheap to start.
     ///
@@ -462,10 +464,10 @@ impl CachingAllocator {
                 .regions
                 .iter(claimed)
                 .filter(|r| !core::ptr::eq(*r, region));
-            spare.extend(parked.filter_map(|r| r.steal(token)).take(1));
+            spare.extend(parked.filter_map(|r| r.steal(token, want)).take(1));
         }
         let chunk = take_chunk(&self.cache, totals, spare, need, want, options, layout)?;
-        region.switch_to(region.cold(token), chunk);
+        region.switch_to(region.cold(token), chunk, layout);
         Ok(())
     }
 

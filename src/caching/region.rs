@@ -179,10 +179,19 @@ impl Region {
         true
     }
 
-    /// Takes over the region's chunk if it is parked: its owner did not ask
-    /// for it back since the last reset. Under the lock (`locked`).
-    pub(super) fn steal(&self, locked: &mut Locked) -> Option<Chunk> {
-        if self.hot.parked.swap(0, AcqRel) == 0 {
+    /// Takes over the region's chunk if it is parked (its owner did not ask
+    /// for it back since the last reset) and can hold `at_least` bytes
+    /// without moving: a smaller one is no use to the thief, which would
+    /// outgrow it, and its owner may still want it. Under the lock
+    /// (`locked`).
+    pub(super) fn steal(&self, locked: &mut Locked, at_least: usize) -> Option<Chunk> {
+        // The chunk changes only under the lock, which we hold.
+        let big_enough = self
+            .cold(locked)
+            .chunk
+            .as_ref()
+            .is_some_and(|c| c.capacity() >= at_least);
+        if !big_enough || self.hot.parked.swap(0, AcqRel) == 0 {
             return None;
         }
         // The swap made the chunk ours: the owner's `unpark` now fails and
@@ -248,12 +257,20 @@ impl Region {
         self.hot.limit.store(limit, Relaxed);
     }
 
-    /// Moves the region to `chunk` (empty), keeping the current one, which
-    /// still holds live scratch, until the reset.
-    pub(super) fn switch_to(&self, cold: &mut Cold, chunk: Chunk) {
+    /// Moves the region to `chunk` (empty) to serve `request`, keeping the
+    /// current one, which still holds live scratch, until the reset.
+    pub(super) fn switch_to(&self, cold: &mut Cold, chunk: Chunk, request: Layout) {
         debug_assert!(self.hot.parked.load(Relaxed) == 0, "a parked region moves");
         if let Some(old) = cold.chunk.replace(chunk) {
-            cold.retired_used += self.cursor();
+            // Where the new chunk would start in one chunk that held the
+            // whole window: page-aligned past what the old one used, and
+            // far enough for the request's alignment. So the requests in it
+            // pad the same there, the peak counts every byte of padding, and
+            // it exceeds the capacity of any chunk the region outgrew (else
+            // the reset would keep that chunk, and the next window would
+            // outgrow it again).
+            let used = (cold.retired_used + self.cursor()).next_multiple_of(PAGE);
+            cold.retired_used = used + request.align().saturating_sub(PAGE);
             cold.retired.push(old);
         }
         self.hot.install(cold.chunk.as_ref(), 0);
@@ -339,11 +356,16 @@ impl Region {
     }
 
     /// Gives the committed pages above the cursor back to the system (a
-    /// reservation only; blocks stay whole). Returns the bytes given back.
+    /// reservation only; blocks stay whole) and forgets the region's peak.
+    /// Returns the bytes given back.
     /// Needs what [`rewind`](Self::rewind) needs.
     pub(super) fn trim(&self, locked: &mut Locked, cache: &BlockCache) -> usize {
         let hot = &self.hot;
-        let Some(Chunk::Mapped(m)) = self.cold(locked).chunk.as_mut() else {
+        let cold = self.cold(locked);
+        // Forget the most the region ever used, or its next growth would
+        // commit all of it again: from now on it grows to what it uses.
+        cold.peak = cold.retired_used + hot.cursor.load(Relaxed);
+        let Some(Chunk::Mapped(m)) = cold.chunk.as_mut() else {
             return 0;
         };
         let before = m.committed();
