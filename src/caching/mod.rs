@@ -373,6 +373,16 @@ impl CachingAllocator {
         }
         let Shared { claimed, token, .. } = &mut *shared;
         let Some(region) = self.regions.claim(claimed, token) else {
+            if threads::exiting() {
+                // A thread-local destructor, after the thread's number went
+                // to the next thread: no region is this thread's any more,
+                // but a chunk of its own (freed at the reset) is.
+                if layout.size() == 0 {
+                    shared.totals.allocations += 1;
+                    return Ok(dangling(layout));
+                }
+                return self.allocate_dedicated(&mut shared, layout, 0);
+            }
             return Err(Error::out_of_memory(layout));
         };
         // SAFETY: `claim` returned the calling thread's own region. A thread

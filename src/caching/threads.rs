@@ -91,6 +91,35 @@ thread_local! {
 
     /// This thread's [`serial`], 0 until it needs one.
     static SERIAL: Cell<u64> = const { Cell::new(0) };
+
+    /// Set by [`ExitGuard`] when the thread's thread-local destructors reach
+    /// it: from then on the thread has no region.
+    static EXITING: Cell<bool> = const { Cell::new(false) };
+
+    /// Registered right after `thread_local`'s own guard (the first
+    /// `claim` on a thread registers both), so that where destructors run
+    /// in reverse order of registration (as glibc runs them) it runs before
+    /// that guard hands the thread's number to the next thread.
+    static EXIT_GUARD: ExitGuard = const { ExitGuard };
+}
+
+/// Cuts the thread off its regions when its thread-local destructors run.
+/// Another destructor that allocates afterwards would otherwise still bump
+/// the thread's region through `LAST`, while a new thread given the same
+/// number takes it over: two threads in one region.
+struct ExitGuard;
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        EXITING.set(true);
+        LAST.set((NONE, ptr::null()));
+    }
+}
+
+/// Whether the calling thread is running its thread-local destructors, past
+/// [`ExitGuard`]: it must not use a region.
+pub(super) fn exiting() -> bool {
+    EXITING.get()
 }
 
 /// Numbers that tell threads apart for as long as the process lives (unlike
@@ -142,6 +171,9 @@ impl Regions {
         if let Some(region) = self.cached() {
             return Some(region);
         }
+        if exiting() {
+            return None;
+        }
         let owned = self.all.get()?;
         if owned.owner.get() != serial() {
             return None;
@@ -153,10 +185,14 @@ impl Regions {
     /// `claimed` (which the caller's lock, `locked`, guards). A thread whose
     /// number leads to an exited thread's region takes it over if it is
     /// idle, and otherwise leaves it as an orphan and takes an idle orphan
-    /// or a new region. `None` if there is no memory for a new region.
+    /// or a new region. `None` if there is no memory for a new region, or
+    /// if the thread is [`exiting`].
     pub(super) fn claim(&self, claimed: &mut Claimed, locked: &mut Locked) -> Option<&Region> {
         if let Some(region) = self.get() {
             return Some(region);
+        }
+        if exiting() {
+            return None;
         }
         // Room first, so that a region is never made without its record:
         // `checkpoint` must see every region, and `free` frees them.
@@ -184,6 +220,9 @@ impl Regions {
             claimed.orphans.push(inherited);
         }
         owned.owner.set(serial());
+        // After `get_or_try`, which registered `thread_local`'s guard. An
+        // error means the destructors are running already: they ran ours.
+        let _ = EXIT_GUARD.try_with(|_| ());
         Some(self.remember(owned.region.get()))
     }
 

@@ -153,6 +153,44 @@ fn workers_that_exit_early_leave_their_number_but_not_their_scratch() {
     }
 }
 
+#[test]
+fn a_thread_local_destructor_that_allocates_after_the_thread_gave_its_number_back() {
+    use std::cell::RefCell;
+    use std::sync::{Arc, Mutex};
+
+    /// Allocates when the thread's thread-local destructors reach it, and
+    /// records what that cost in system allocations.
+    struct OnExit(Arc<CachingAllocator>, Arc<Mutex<Option<u64>>>);
+    impl Drop for OnExit {
+        fn drop(&mut self) {
+            let before = self.0.stats().system_allocations;
+            let ok = KernelContext::new(&*self.0).allocate_temp(100, 8).is_ok();
+            let cost = self.0.stats().system_allocations - before;
+            *self.1.lock().unwrap() = ok.then_some(cost);
+        }
+    }
+    thread_local! {
+        static ON_EXIT: RefCell<Option<OnExit>> = const { RefCell::new(None) };
+    }
+
+    let temp = Arc::new(CachingAllocator::with_config(fast()));
+    let seen = Arc::new(Mutex::new(None));
+    let (t, s) = (Arc::clone(&temp), Arc::clone(&seen));
+    std::thread::spawn(move || {
+        // Registered before the allocator's first request registers the
+        // thread-number guards, so its destructor runs after they did: the
+        // thread's number already belongs to the next thread by then.
+        ON_EXIT.with(|on_exit| *on_exit.borrow_mut() = Some(OnExit(Arc::clone(&t), s)));
+        KernelContext::new(&*t).allocate_temp(100, 8).unwrap();
+    })
+    .join()
+    .unwrap();
+    // Its region had room, but may be another thread's now: the request
+    // took a chunk of its own.
+    assert_eq!(*seen.lock().unwrap(), Some(1), "{}", temp.stats());
+    assert_eq!(temp.stats().bytes_live, 200);
+}
+
 /// Runs `window` `scaled(8, 5)` times with a reset after each, and panics
 /// unless the system allocations stop after the second window.
 fn settles(temp: &mut CachingAllocator, mut window: impl FnMut(&CachingAllocator)) {
