@@ -457,26 +457,49 @@ impl CachingAllocator {
         }
         // A new chunk, page-aligned: `align - PAGE` bytes may go to padding.
         let need = layout.size() + layout.align().saturating_sub(PAGE);
-        let (want, reserve) = match cold.chunk() {
-            None => (growth(0, need, min.max(peak)), 0),
+        // `usable_from`: the least a parked chunk must hold to be taken
+        // over. A region that starts its window without a chunk wants one
+        // that holds its peak: it would outgrow a smaller one, and the
+        // chunk's owner would then buy another, every window.
+        let (want, reserve, usable_from) = match cold.chunk() {
+            None => {
+                let want = growth(0, need, min.max(peak));
+                (want, peak, want)
+            }
             // Outgrown: at least double, so a window chains few chunks.
-            Some(c) => (growth(c.usable(), need, 2 * c.usable()), 2 * c.capacity()),
+            Some(c) => (growth(c.usable(), need, 2 * c.usable()), 2 * c.capacity(), need),
         };
         let options = self.chunk_options(reserve.max(need));
         // Room in the books first: a `Vec` that cannot grow aborts.
         if !cold.reserve_retired() || spare.try_reserve(1).is_err() {
             return Err(Error::out_of_memory(layout));
         }
-        if spare.is_empty() {
-            // A region parked at the last reset, whose owner has not asked
-            // for it back: an exited thread's, or an idle one's.
-            let parked = self
-                .regions
+        // Regions parked at the last reset, whose owners have not asked for
+        // them back: exited threads', or idle ones'.
+        let others = || {
+            self.regions
                 .iter(claimed)
-                .filter(|r| !core::ptr::eq(*r, region));
-            spare.extend(parked.filter_map(|r| r.steal(token, want)).take(1));
+                .filter(|r| !core::ptr::eq(*r, region))
+        };
+        if spare.is_empty() {
+            spare.extend(others().find_map(|r| r.steal(token, usable_from)));
         }
-        let chunk = take_chunk(&self.cache, totals, spare, need, want, options, layout)?;
+        let chunk = match take_chunk(&self.cache, totals, spare, need, want, options, layout) {
+            Err(Error::BudgetExceeded { .. }) => {
+                // Parked chunks count against the limit too: take them all
+                // over, so that one that fits serves, or they all go back
+                // and make room.
+                let mut parked = others();
+                while spare.try_reserve(1).is_ok() {
+                    let Some(chunk) = parked.find_map(|r| r.steal(token, 0)) else {
+                        break;
+                    };
+                    spare.push(chunk);
+                }
+                take_chunk(&self.cache, totals, spare, need, want, options, layout)
+            }
+            taken => taken,
+        }?;
         region.switch_to(region.cold(token), chunk, layout);
         Ok(())
     }

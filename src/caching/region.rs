@@ -262,13 +262,13 @@ impl Region {
     pub(super) fn switch_to(&self, cold: &mut Cold, chunk: Chunk, request: Layout) {
         debug_assert!(self.hot.parked.load(Relaxed) == 0, "a parked region moves");
         if let Some(old) = cold.chunk.replace(chunk) {
-            // Where the new chunk would start in one chunk that held the
-            // whole window: page-aligned past what the old one used, and
-            // far enough for the request's alignment. So the requests in it
-            // pad the same there, the peak counts every byte of padding, and
-            // it exceeds the capacity of any chunk the region outgrew (else
-            // the reset would keep that chunk, and the next window would
-            // outgrow it again).
+            // Where the new chunk would start, at the latest, in one chunk
+            // that held the whole window: page-aligned past what the old one
+            // used, plus the most padding above a page the request can
+            // need. So the peak counts all the padding one chunk needs (some
+            // of it twice, for alignments above a page), and it exceeds the
+            // capacity of any chunk the region outgrew: else the reset would
+            // keep that chunk, and the next window would outgrow it again.
             let used = (cold.retired_used + self.cursor()).next_multiple_of(PAGE);
             cold.retired_used = used + request.align().saturating_sub(PAGE);
             cold.retired.push(old);
@@ -323,14 +323,12 @@ impl Region {
     }
 
     /// Ends the window: recycles everything. A region that outgrew its
-    /// chunk keeps the newest and gives the older ones to `loose`; a heap
-    /// chunk cannot grow in place, so then all of them go, and the next
-    /// request takes one sized to the peak. Unless `keep` (the region of the
-    /// thread that resets), the region is parked: its chunk stays, but any
-    /// thread that needs one may take it over until the owner asks for it
-    /// back. So a thread that exited, or stopped allocating, leaves its
-    /// memory to the next thread that needs some. Needs what
-    /// [`rewind`](Self::rewind) needs.
+    /// chunk moves to one that holds its peak ([`outgrown`]). Unless `keep`
+    /// (the region of the thread that resets), the region is parked: its
+    /// chunk stays, but a thread that needs one and can use it may take it
+    /// over until the owner asks for it back. So a thread that exited, or
+    /// stopped allocating, leaves its memory to the next thread that can use
+    /// it. Needs what [`rewind`](Self::rewind) needs.
     #[inline]
     pub(super) fn reset(&self, locked: &mut Locked, keep: bool, loose: &mut Vec<Chunk>) -> Folded {
         let (hot, cold) = (&self.hot, self.cold(locked));

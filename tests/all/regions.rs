@@ -241,6 +241,81 @@ fn heap_blocks_settle_when_one_block_needs_more_padding_than_the_chain() {
 }
 
 #[test]
+fn an_exited_workers_parked_chunk_serves_a_thread_that_outgrew_its_own() {
+    // (config, the main thread's first request, the worker's, the main
+    // thread's second, the limit). Under the limit the main thread's second
+    // request fits only in the exited worker's parked chunk; without a
+    // limit, taking it over saves a system allocation.
+    let cases = [
+        // Heap blocks: 64 KiB for the main thread, 104 KiB for the worker.
+        (fast().reserve(None), 60 << 10, 100 << 10, 100 << 10, 208 << 10),
+        // Small reservations: each thread commits 200 KiB of 256 KiB.
+        (fast().reserve(Some(256 << 10)), 200 << 10, 200 << 10, 100 << 10, 480 << 10),
+    ];
+    for (config, first, worker, second, limit) in cases {
+        for limit in [Some(limit), None] {
+            let mut temp = CachingAllocator::with_config(config.max_bytes(limit));
+            fill(KernelContext::new(&temp).allocate_temp(first, 64).unwrap(), 1);
+            std::thread::scope(|s| {
+                s.spawn(|| KernelContext::new(&temp).allocate_temp(worker, 64).map(drop));
+            });
+            temp.reset();
+            let held = temp.stats().bytes_held;
+            settles(&mut temp, |temp| {
+                let ctx = KernelContext::new(temp);
+                fill(ctx.allocate_temp(first, 64).unwrap(), 1);
+                fill(ctx.allocate_temp(second, 64).unwrap(), 2);
+            });
+            // The worker's chunk served; nothing more was needed.
+            let s = temp.stats();
+            assert!(s.bytes_held <= held, "{:?}, limit {limit:?}: {s}", config.reserve);
+        }
+    }
+}
+
+#[test]
+fn under_a_shared_limit_parked_chunks_make_room() {
+    use std::sync::Arc;
+    use tempalloc::BlockCache;
+
+    let cache = Arc::new(BlockCache::with_limits(0, Some(200 << 10)));
+    let config = fast().reserve(None).min_block_size(16 << 10);
+    let mut x = CachingAllocator::with_cache(Arc::clone(&cache), config);
+    let y = CachingAllocator::with_cache(cache, config);
+    // The main thread outgrows its block (its peak is now 108 KiB, and the
+    // reset leaves it no block); a worker leaves a 20 KiB block parked.
+    let ctx = KernelContext::new(&x);
+    fill(ctx.allocate_temp(8 << 10, 64).unwrap(), 1);
+    fill(ctx.allocate_temp(100 << 10, 64).unwrap(), 2);
+    std::thread::scope(|s| {
+        s.spawn(|| KernelContext::new(&x).allocate_temp(20 << 10, 64).map(drop));
+    });
+    x.reset();
+    // Another allocator on the cache leaves 20 KiB under the limit.
+    KernelContext::new(&y).allocate_temp(160 << 10, 64).unwrap();
+    // 30 KiB fits only once the parked block, too small for the request,
+    // goes back.
+    let buf = KernelContext::new(&x).allocate_temp(30 << 10, 64);
+    assert_eq!(fill(buf.unwrap(), 3).len(), 30 << 10, "{}", x.stats());
+}
+
+#[test]
+fn a_region_whose_peak_passed_its_reservation_settles() {
+    // One window moves the region past a 256 KiB reservation (a 32-bit
+    // target reserves 64 MiB); after a release, the next reservation must
+    // hold the peak, or every reset would give it back.
+    let mut temp = CachingAllocator::with_config(fast().reserve(Some(256 << 10)));
+    let ctx = KernelContext::new(&temp);
+    fill(ctx.allocate_temp(200 << 10, 64).unwrap(), 1);
+    fill(ctx.allocate_temp(100 << 10, 64).unwrap(), 2);
+    temp.reset();
+    temp.release();
+    settles(&mut temp, |temp| {
+        fill(KernelContext::new(temp).allocate_temp(100 << 10, 64).unwrap(), 3);
+    });
+}
+
+#[test]
 #[cfg_attr(
     miri,
     ignore = "under Miri regions are heap blocks, which trim keeps whole"
