@@ -485,10 +485,17 @@ impl CachingAllocator {
             spare.extend(others().find_map(|r| r.steal(token, usable_from)));
         }
         let chunk = match take_chunk(&self.cache, totals, spare, need, want, options, layout) {
-            Err(Error::BudgetExceeded { .. }) => {
-                // Parked chunks count against the limit too: take them all
-                // over, so that one that fits serves, or they all go back
-                // and make room.
+            Err(e @ Error::BudgetExceeded { held, limit, .. }) => {
+                // Parked chunks count against the limit too. If giving them
+                // back would make room, take them all over: one that fits
+                // serves, or they all go back. (Not for a request that
+                // cannot fit anyway: a kernel probing for a large workspace
+                // would strip every parked chunk each time.)
+                let parked: usize = others().map(|r| r.parked_bytes(token)).sum();
+                let spared: usize = spare.iter().map(Chunk::usable).sum();
+                if held.saturating_sub(parked + spared) + need.next_multiple_of(PAGE) > limit {
+                    return Err(e);
+                }
                 let mut parked = others();
                 while spare.try_reserve(1).is_ok() {
                     let Some(chunk) = parked.find_map(|r| r.steal(token, 0)) else {
@@ -664,7 +671,13 @@ fn take_chunk(
         if let Chunk::Mapped(m) = &mut chunk {
             let before = m.committed();
             if before < need {
-                if let Err(e) = cache.grow(m, need, want, options, request) {
+                let mut grown = cache.grow(m, need, want, options, request);
+                if matches!(grown, Err(Error::BudgetExceeded { .. })) && !spare.is_empty() {
+                    // The other spares count against the limit too.
+                    give_back_spares(cache, totals, spare);
+                    grown = cache.grow(m, need, want, options, request);
+                }
+                if let Err(e) = grown {
                     spare.push(chunk);
                     return Err(e);
                 }
@@ -678,15 +691,20 @@ fn take_chunk(
         Ok(taken) => Ok(totals.count(taken)),
         // Spares count against the limit too: give them up and try again.
         Err(Error::BudgetExceeded { .. }) if !spare.is_empty() => {
-            for chunk in spare.drain(..) {
-                totals.bytes_held -= chunk.usable();
-                totals.system_frees += cache.give_back(chunk);
-            }
+            give_back_spares(cache, totals, spare);
             cache
                 .take(need, want, options, request)
                 .map(|t| totals.count(t))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Gives every spare chunk back to the cache: they count against its limit.
+fn give_back_spares(cache: &BlockCache, totals: &mut Totals, spare: &mut Vec<Chunk>) {
+    for chunk in spare.drain(..) {
+        totals.bytes_held -= chunk.usable();
+        totals.system_frees += cache.give_back(chunk);
     }
 }
 

@@ -201,6 +201,16 @@ impl Region {
         self.cold(locked).chunk.take()
     }
 
+    /// The bytes a [`steal`](Self::steal) would take: the usable bytes of
+    /// the chunk if the region is parked, else 0. Under the lock
+    /// (`locked`).
+    pub(super) fn parked_bytes(&self, locked: &mut Locked) -> usize {
+        if self.hot.parked.load(Relaxed) == 0 {
+            return 0;
+        }
+        self.cold(locked).chunk.as_ref().map_or(0, Chunk::usable)
+    }
+
     /// The cold state, under the allocator's lock: `_locked` lives in the
     /// state the lock guards, so it can only be borrowed by holding the lock
     /// (or through `&mut` to the allocator). Callers pass their own

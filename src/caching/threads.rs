@@ -28,6 +28,7 @@
 use core::alloc::Layout;
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use thread_local::ThreadLocal;
@@ -201,9 +202,8 @@ impl Regions {
         // A thread's first call gives it a number, maybe an exited thread's:
         // then the entry is there already and `made` stays false.
         let mut made = false;
-        let owned = self
-            .all
-            .get_or_try(|| {
+        let owned = catch_unwind(AssertUnwindSafe(|| {
+            self.all.get_or_try(|| {
                 made = true;
                 let region = self.idle_region(claimed, locked).ok_or(())?;
                 Ok::<_, ()>(Owned {
@@ -211,7 +211,19 @@ impl Regions {
                     owner: Cell::new(0),
                 })
             })
-            .ok()?;
+        }));
+        let owned = match owned {
+            Ok(owned) => owned.ok()?,
+            // `thread_local` panics when it must give a number to a thread
+            // whose thread-local destructors already ran its own: a
+            // destructor registered before `thread_local`'s guard (which
+            // another `ThreadLocal` registered first) asks for memory. It
+            // panicked before making anything; the thread is exiting.
+            Err(_) => {
+                EXITING.set(true);
+                return None;
+            }
+        };
         let inherited = owned.region.get();
         if !made && !self.deref(inherited).idle(locked) {
             // The exited thread's scratch is live until the next rewind or

@@ -4,7 +4,8 @@
 //! checkpoints without system calls, budgets that mean what they say, and
 //! strict checkpoints.
 
-use std::sync::Barrier;
+use std::cell::RefCell;
+use std::sync::{Arc, Barrier, Mutex};
 
 use tempalloc::{CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
@@ -153,42 +154,64 @@ fn workers_that_exit_early_leave_their_number_but_not_their_scratch() {
     }
 }
 
-#[test]
-fn a_thread_local_destructor_that_allocates_after_the_thread_gave_its_number_back() {
-    use std::cell::RefCell;
-    use std::sync::{Arc, Mutex};
+/// Allocates 100 bytes when the thread's thread-local destructors reach
+/// it, and records what that cost in system allocations.
+struct OnExit(Arc<CachingAllocator>, Arc<Mutex<Option<u64>>>);
 
-    /// Allocates when the thread's thread-local destructors reach it, and
-    /// records what that cost in system allocations.
-    struct OnExit(Arc<CachingAllocator>, Arc<Mutex<Option<u64>>>);
-    impl Drop for OnExit {
-        fn drop(&mut self) {
-            let before = self.0.stats().system_allocations;
-            let ok = KernelContext::new(&*self.0).allocate_temp(100, 8).is_ok();
-            let cost = self.0.stats().system_allocations - before;
-            *self.1.lock().unwrap() = ok.then_some(cost);
-        }
+impl Drop for OnExit {
+    fn drop(&mut self) {
+        let before = self.0.stats().system_allocations;
+        let ok = KernelContext::new(&*self.0).allocate_temp(100, 8).is_ok();
+        let cost = self.0.stats().system_allocations - before;
+        *self.1.lock().unwrap() = ok.then_some(cost);
     }
-    thread_local! {
-        static ON_EXIT: RefCell<Option<OnExit>> = const { RefCell::new(None) };
-    }
+}
 
-    let temp = Arc::new(CachingAllocator::with_config(fast()));
+thread_local! {
+    static ON_EXIT: RefCell<Option<OnExit>> = const { RefCell::new(None) };
+}
+
+/// Runs a thread that registers an [`OnExit`] first, then `then`, and
+/// returns what the destructor's request cost, if it was served.
+fn on_exit(temp: &Arc<CachingAllocator>, then: impl FnOnce() + Send + 'static) -> Option<u64> {
     let seen = Arc::new(Mutex::new(None));
-    let (t, s) = (Arc::clone(&temp), Arc::clone(&seen));
+    let on_exit = OnExit(Arc::clone(temp), Arc::clone(&seen));
     std::thread::spawn(move || {
-        // Registered before the allocator's first request registers the
-        // thread-number guards, so its destructor runs after they did: the
-        // thread's number already belongs to the next thread by then.
-        ON_EXIT.with(|on_exit| *on_exit.borrow_mut() = Some(OnExit(Arc::clone(&t), s)));
-        KernelContext::new(&*t).allocate_temp(100, 8).unwrap();
+        // Registered before the thread-number guards that `then` registers,
+        // so its destructor runs after theirs.
+        ON_EXIT.with(|slot| *slot.borrow_mut() = Some(on_exit));
+        then();
     })
     .join()
     .unwrap();
+    *seen.lock().unwrap()
+}
+
+#[test]
+fn a_thread_local_destructor_that_allocates_after_the_thread_gave_its_number_back() {
+    let temp = Arc::new(CachingAllocator::with_config(fast()));
+    let t = Arc::clone(&temp);
+    let cost = on_exit(&temp, move || {
+        KernelContext::new(&*t).allocate_temp(100, 8).unwrap();
+    });
     // Its region had room, but may be another thread's now: the request
     // took a chunk of its own.
-    assert_eq!(*seen.lock().unwrap(), Some(1), "{}", temp.stats());
+    assert_eq!(cost, Some(1), "{}", temp.stats());
     assert_eq!(temp.stats().bytes_live, 200);
+}
+
+#[test]
+fn a_late_destructors_first_request_is_served() {
+    // The thread never used the allocator, but another `ThreadLocal` gave
+    // it a number, which `thread_local`'s guard hands on before the
+    // destructor asks for memory: `thread_local` cannot give it another.
+    let temp = Arc::new(CachingAllocator::with_config(fast()));
+    let other = Arc::new(thread_local::ThreadLocal::<u8>::new());
+    let cost = on_exit(&temp, move || {
+        other.get_or(|| 1);
+    });
+    assert_eq!(cost, Some(1), "{}", temp.stats());
+    assert_eq!(temp.stats().bytes_live, 100);
 }
 
 /// Runs `window` `scaled(8, 5)` times with a reset after each, and panics
@@ -275,7 +298,6 @@ fn an_exited_workers_parked_chunk_serves_a_thread_that_outgrew_its_own() {
 
 #[test]
 fn under_a_shared_limit_parked_chunks_make_room() {
-    use std::sync::Arc;
     use tempalloc::BlockCache;
 
     let cache = Arc::new(BlockCache::with_limits(0, Some(200 << 10)));
@@ -297,6 +319,52 @@ fn under_a_shared_limit_parked_chunks_make_room() {
     // goes back.
     let buf = KernelContext::new(&x).allocate_temp(30 << 10, 64);
     assert_eq!(fill(buf.unwrap(), 3).len(), 30 << 10, "{}", x.stats());
+}
+
+#[test]
+fn a_request_over_the_limit_leaves_the_parked_chunks_alone() {
+    // A kernel probes for a workspace larger than the limit, then a worker
+    // allocates. The refused probe must not take the worker's parked chunk
+    // (and give it back): the worker would buy a new one every window.
+    for config in [fast().reserve(None), fast()] {
+        let mut temp = CachingAllocator::with_config(config.max_bytes(Some(1 << 20)));
+        settles(&mut temp, |temp| {
+            let ctx = KernelContext::new(temp);
+            fill(ctx.allocate_temp(8 << 10, 64).unwrap(), 1);
+            let probe = ctx.allocate_temp(2 << 20, 64);
+            assert!(matches!(probe, Err(Error::BudgetExceeded { .. })), "{probe:?}");
+            std::thread::scope(|s| {
+                s.spawn(|| fill(KernelContext::new(temp).allocate_temp(100 << 10, 64).unwrap(), 2).len());
+            });
+        });
+    }
+}
+
+#[test]
+fn under_a_limit_a_spare_reservation_grows_once_the_others_make_room() {
+    // The main thread outgrows its 256 KiB reservation while two parked
+    // workers' reservations hold 64 and 152 KiB. Committing more of the
+    // larger one fits the limit only once the smaller one goes back.
+    let k = 1 << 10;
+    let config = fast().reserve(Some(256 * k)).min_block_size(64 * k);
+    let mut temp = CachingAllocator::with_config(config.max_bytes(Some(440 * k)));
+    fill(KernelContext::new(&temp).allocate_temp(200 * k, 64).unwrap(), 1);
+    let barrier = Barrier::new(2);
+    std::thread::scope(|s| {
+        for size in [40 * k, 150 * k] {
+            let (temp, barrier) = (&temp, &barrier);
+            s.spawn(move || {
+                let buf = KernelContext::new(temp).allocate_temp(size, 64);
+                barrier.wait();
+                fill(buf.unwrap(), 2).len()
+            });
+        }
+    });
+    temp.reset();
+    let ctx = KernelContext::new(&temp);
+    fill(ctx.allocate_temp(200 * k, 64).unwrap(), 1);
+    let second = ctx.allocate_temp(180 * k, 64).map(|buf| fill(buf, 3).len());
+    assert_eq!(second, Ok(180 * k), "{}", temp.stats());
 }
 
 #[test]
