@@ -20,9 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub use checkpoint::Checkpoint;
 pub use config::CachingConfig;
 
-use crate::block::PAGE;
+use crate::block::{PAGE, size_class};
 use crate::block_cache::{BlockCache, ChunkOptions, Taken};
 use crate::chunk::Chunk;
+use crate::os::Mapping;
 use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
@@ -425,8 +426,78 @@ impl CachingAllocator {
     }
 
     /// Makes room for `layout` in `region`: commits more of its reservation,
-    /// or moves it to a new chunk (a spare one, or one from the cache).
+    /// or moves it to a new chunk (a spare one, or one from the cache). Under
+    /// a limit, when the cache refuses and giving back the chunks parked in
+    /// other regions and the spares would make room, it gives them back and
+    /// tries again.
     fn grow(&self, shared: &mut Shared, region: &Region, layout: Layout) -> Result<(), Error> {
+        match self.try_grow(shared, region, layout) {
+            Err(Error::BudgetExceeded { held, limit, .. })
+                if self.reclaim(shared, region, layout, limit.saturating_sub(held)) =>
+            {
+                self.try_grow(shared, region, layout)
+            }
+            grown => grown,
+        }
+    }
+
+    /// Gives back to the cache every chunk parked in another region, every
+    /// spare, and `region`'s own chunk if it must move and holds nothing, if
+    /// `room` plus them and the cache's idle bytes covers the least that
+    /// growing `region` for `layout` can cost; says whether it did. Never
+    /// for a request that cannot fit anyway: a kernel probing for a
+    /// workspace over the limit would strip the parked chunks each time.
+    #[cold]
+    fn reclaim(&self, shared: &mut Shared, region: &Region, layout: Layout, room: usize) -> bool {
+        let Shared {
+            token,
+            claimed,
+            totals,
+            spare,
+            ..
+        } = shared;
+        let in_place = match region.cold(token).chunk() {
+            Some(Chunk::Mapped(m)) => {
+                let end = end_in(m, region.cursor(), layout);
+                let pages = end.next_multiple_of(PAGE).saturating_sub(m.committed());
+                (end <= m.reserved()).then_some(pages)
+            }
+            _ => None,
+        };
+        // Else a new chunk: whole pages of a reservation, or a heap block of
+        // the request's size class.
+        let need = layout.size() + layout.align().saturating_sub(PAGE);
+        let least = in_place.unwrap_or(match self.config.reserve {
+            Some(_) => need.next_multiple_of(PAGE),
+            None => size_class(need).unwrap_or(usize::MAX),
+        });
+        // A region that must move and holds nothing can give its own chunk
+        // back too (a thread that took over an exited one's region, say).
+        let own = match in_place {
+            None if region.idle(token) => region.cold(token).chunk().map_or(0, |c| c.usable()),
+            _ => 0,
+        };
+        let others = || self.regions.others(claimed, region);
+        let parked: usize = others().map(|r| r.parked_bytes(token)).sum();
+        let spared: usize = spare.iter().map(Chunk::usable).sum();
+        let reclaimable = own + parked + spared;
+        // Idle chunks in the cache go before it refuses, but one it took and
+        // could not grow is idle again by now.
+        let free = room + self.cache.idle_bytes();
+        if reclaimable == 0 || free + reclaimable < least {
+            return false;
+        }
+        let own = (own != 0).then(|| region.take_chunk(token)).flatten();
+        for chunk in own.into_iter().chain(others().filter_map(|r| r.steal(token, 0))) {
+            totals.bytes_held -= chunk.usable();
+            totals.system_frees += self.cache.give_back(chunk);
+        }
+        give_back_spares(&self.cache, totals, spare);
+        true
+    }
+
+    /// One attempt of [`grow`](Self::grow).
+    fn try_grow(&self, shared: &mut Shared, region: &Region, layout: Layout) -> Result<(), Error> {
         let cursor = region.cursor();
         let min = self.config.min_block_size;
         let Shared {
@@ -439,11 +510,7 @@ impl CachingAllocator {
         let cold = region.cold(token);
         let peak = cold.peak();
         if let Some(Chunk::Mapped(m)) = cold.chunk() {
-            let pad =
-                m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
-            // No overflow: `cursor + pad <= isize::MAX + align` and `Layout`
-            // keeps `size + align` within `isize::MAX`.
-            let end = cursor + pad + layout.size();
+            let end = end_in(m, cursor, layout);
             if end <= m.reserved() {
                 let before = m.committed();
                 let want = growth(before, end, min.max(peak));
@@ -474,39 +541,13 @@ impl CachingAllocator {
         if !cold.reserve_retired() || spare.try_reserve(1).is_err() {
             return Err(Error::out_of_memory(layout));
         }
-        // Regions parked at the last reset, whose owners have not asked for
-        // them back: exited threads', or idle ones'.
-        let others = || {
-            self.regions
-                .iter(claimed)
-                .filter(|r| !core::ptr::eq(*r, region))
-        };
         if spare.is_empty() {
-            spare.extend(others().find_map(|r| r.steal(token, usable_from)));
+            // A region parked at the last reset, whose owner has not asked
+            // for it back: an exited thread's, or an idle one's.
+            let mut others = self.regions.others(claimed, region);
+            spare.extend(others.find_map(|r| r.steal(token, usable_from)));
         }
-        let chunk = match take_chunk(&self.cache, totals, spare, need, want, options, layout) {
-            Err(e @ Error::BudgetExceeded { held, limit, .. }) => {
-                // Parked chunks count against the limit too. If giving them
-                // back would make room, take them all over: one that fits
-                // serves, or they all go back. (Not for a request that
-                // cannot fit anyway: a kernel probing for a large workspace
-                // would strip every parked chunk each time.)
-                let parked: usize = others().map(|r| r.parked_bytes(token)).sum();
-                let spared: usize = spare.iter().map(Chunk::usable).sum();
-                if held.saturating_sub(parked + spared) + need.next_multiple_of(PAGE) > limit {
-                    return Err(e);
-                }
-                let mut parked = others();
-                while spare.try_reserve(1).is_ok() {
-                    let Some(chunk) = parked.find_map(|r| r.steal(token, 0)) else {
-                        break;
-                    };
-                    spare.push(chunk);
-                }
-                take_chunk(&self.cache, totals, spare, need, want, options, layout)
-            }
-            taken => taken,
-        }?;
+        let chunk = take_chunk(&self.cache, totals, spare, need, want, options, layout)?;
         region.switch_to(region.cold(token), chunk, layout);
         Ok(())
     }
@@ -645,6 +686,15 @@ impl CachingAllocator {
     fn all_regions<'a>(&'a self, claimed: &'a Claimed) -> impl Iterator<Item = &'a Region> {
         self.regions.iter(claimed).chain([&self.locked])
     }
+}
+
+/// Where a request for `layout` at `cursor` in `m` would end, padding
+/// included.
+fn end_in(m: &Mapping, cursor: usize, layout: Layout) -> usize {
+    let pad = m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
+    // No overflow: `cursor + pad <= isize::MAX + align` and `Layout` keeps
+    // `size + align` within `isize::MAX`.
+    cursor + pad + layout.size()
 }
 
 /// A chunk that serves `need` bytes, about `want` usable: a spare one if one

@@ -201,6 +201,15 @@ impl Region {
         self.cold(locked).chunk.take()
     }
 
+    /// Takes the chunk of an [`idle`](Self::idle) region, leaving it
+    /// without one. Under the lock (`locked`), by the region's owner.
+    pub(super) fn take_chunk(&self, locked: &mut Locked) -> Option<Chunk> {
+        debug_assert!(self.idle(locked));
+        let chunk = self.cold(locked).chunk.take();
+        self.hot.install(None, 0);
+        chunk
+    }
+
     /// The bytes a [`steal`](Self::steal) would take: the usable bytes of
     /// the chunk if the region is parked, else 0. Under the lock
     /// (`locked`).

@@ -218,7 +218,9 @@ impl Regions {
             // whose thread-local destructors already ran its own: a
             // destructor registered before `thread_local`'s guard (which
             // another `ThreadLocal` registered first) asks for memory. It
-            // panicked before making anything; the thread is exiting.
+            // panicked before calling ours, so nothing was made, but after
+            // taking a number that nothing will hand back (one number lost
+            // per such thread). The thread is exiting.
             Err(_) => {
                 EXITING.set(true);
                 return None;
@@ -248,6 +250,15 @@ impl Regions {
         let fresh = allocate()?;
         claimed.all.push(fresh);
         Some(fresh)
+    }
+
+    /// Every region recorded in `claimed` but `mine`.
+    pub(super) fn others<'a>(
+        &'a self,
+        claimed: &'a Claimed,
+        mine: &'a Region,
+    ) -> impl Iterator<Item = &'a Region> {
+        self.iter(claimed).filter(move |r| !ptr::eq(*r, mine))
     }
 
     /// Caches `region`, this thread's, for [`cached`](Self::cached).

@@ -368,6 +368,60 @@ fn under_a_limit_a_spare_reservation_grows_once_the_others_make_room() {
 }
 
 #[test]
+fn a_probe_over_the_limit_by_less_than_a_size_class_leaves_the_parked_chunks_alone() {
+    // Heap blocks come in size classes: a 520 KiB request needs a 576 KiB
+    // block, which giving back the worker's parked block cannot make room
+    // for under 600 KiB. The probe must not strip it anyway.
+    let k = 1 << 10;
+    let mut temp = CachingAllocator::with_config(fast().reserve(None).max_bytes(Some(600 * k)));
+    settles(&mut temp, |temp| {
+        let ctx = KernelContext::new(temp);
+        fill(ctx.allocate_temp(8 * k, 64).unwrap(), 1);
+        let probe = ctx.allocate_temp(520 * k, 64);
+        assert!(matches!(probe, Err(Error::BudgetExceeded { .. })), "{probe:?}");
+        std::thread::scope(|s| {
+            s.spawn(|| fill(KernelContext::new(temp).allocate_temp(100 * k, 64).unwrap(), 2).len());
+        });
+    });
+}
+
+#[test]
+fn growing_in_place_under_a_limit_takes_the_room_of_parked_chunks() {
+    // The default, mapped regions grow in place: giving back the exited
+    // worker's 200 KiB makes room for the main thread's 900 KiB in 1 MiB.
+    let k = 1 << 10;
+    let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(1024 * k)));
+    fill(KernelContext::new(&temp).allocate_temp(8 * k, 64).unwrap(), 1);
+    std::thread::scope(|s| {
+        s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(200 * k, 64).unwrap(), 2).len());
+    });
+    temp.reset();
+    let big = KernelContext::new(&temp).allocate_temp(900 * k, 64).map(|b| fill(b, 3).len());
+    assert_eq!(big, Ok(900 * k), "{}", temp.stats());
+}
+
+#[test]
+fn an_idle_reservation_in_the_cache_counts_as_room() {
+    // Another allocator released a reservation into the shared cache
+    // (64 KiB committed, idle). The cache refuses the main thread's 300 KiB
+    // with the idle bytes still in its count; with them and the worker's
+    // parked chunk given back, it fits.
+    use tempalloc::BlockCache;
+    let k = 1 << 10;
+    let cache = Arc::new(BlockCache::with_limits(1 << 20, Some(340 * k)));
+    let mut x = CachingAllocator::with_cache(Arc::clone(&cache), fast().reserve(Some(256 * k)));
+    let mut y = CachingAllocator::with_cache(Arc::clone(&cache), fast().reserve(Some(400 * k)));
+    std::thread::scope(|s| {
+        s.spawn(|| fill(KernelContext::new(&x).allocate_temp(150 * k, 64).unwrap(), 1).len());
+    });
+    x.reset();
+    fill(KernelContext::new(&y).allocate_temp(10 * k, 64).unwrap(), 2);
+    y.release();
+    let big = KernelContext::new(&x).allocate_temp(300 * k, 64).map(|b| fill(b, 3).len());
+    assert_eq!(big, Ok(300 * k), "{}; cache: {}", x.stats(), cache.stats());
+}
+
+#[test]
 fn a_region_whose_peak_passed_its_reservation_settles() {
     // One window moves the region past a 256 KiB reservation (a 32-bit
     // target reserves 64 MiB); after a release, the next reservation must
