@@ -441,9 +441,8 @@ impl CachingAllocator {
         }
     }
 
-    /// Gives back to the cache every chunk parked in another region, every
-    /// spare, and `region`'s own chunk if it must move and holds nothing, if
-    /// `room` plus them and the cache's idle bytes covers the least that
+    /// Gives back to the cache every chunk parked in another region and every
+    /// spare, if `room` plus them and the cache's idle bytes covers the least that
     /// growing `region` for `layout` can cost; says whether it did. Never
     /// for a request that cannot fit anyway: a kernel probing for a
     /// workspace over the limit would strip the parked chunks each time.
@@ -465,30 +464,23 @@ impl CachingAllocator {
             _ => None,
         };
         // Else a new chunk: whole pages of a reservation, or a heap block of
-        // the request's size class.
+        // the request's size class, which is where a refused reservation
+        // falls back to. Reckoned as the block, the larger: a request this
+        // leaves out by less than 12.5% is refused, where reckoning it as
+        // pages could strip the parked chunks for nothing every window.
         let need = layout.size() + layout.align().saturating_sub(PAGE);
-        let least = in_place.unwrap_or(match self.config.reserve {
-            Some(_) => need.next_multiple_of(PAGE),
-            None => size_class(need).unwrap_or(usize::MAX),
-        });
-        // A region that must move and holds nothing can give its own chunk
-        // back too (a thread that took over an exited one's region, say).
-        let own = match in_place {
-            None if region.idle(token) => region.cold(token).chunk().map_or(0, |c| c.usable()),
-            _ => 0,
-        };
+        let least = in_place.unwrap_or(size_class(need).unwrap_or(usize::MAX));
         let others = || self.regions.others(claimed, region);
         let parked: usize = others().map(|r| r.parked_bytes(token)).sum();
         let spared: usize = spare.iter().map(Chunk::usable).sum();
-        let reclaimable = own + parked + spared;
+        let reclaimable = parked + spared;
         // Idle chunks in the cache go before it refuses, but one it took and
         // could not grow is idle again by now.
         let free = room + self.cache.idle_bytes();
         if reclaimable == 0 || free + reclaimable < least {
             return false;
         }
-        let own = (own != 0).then(|| region.take_chunk(token)).flatten();
-        for chunk in own.into_iter().chain(others().filter_map(|r| r.steal(token, 0))) {
+        for chunk in others().filter_map(|r| r.steal(token, 0)) {
             totals.bytes_held -= chunk.usable();
             totals.system_frees += self.cache.give_back(chunk);
         }
@@ -522,6 +514,17 @@ impl CachingAllocator {
                 return Ok(());
             }
         }
+        if region.idle(token) {
+            // Nothing in it: the region starts over instead of chaining a
+            // chunk twice as large to one it will not use (which the reset
+            // would keep). Its chunk goes back, and the next is sized to the
+            // request and the peak.
+            if let Some(chunk) = region.take_chunk(token) {
+                totals.bytes_held -= chunk.usable();
+                totals.system_frees += self.cache.give_back(chunk);
+            }
+        }
+        let cold = region.cold(token);
         // A new chunk, page-aligned: `align - PAGE` bytes may go to padding.
         let need = layout.size() + layout.align().saturating_sub(PAGE);
         // `usable_from`: the least a parked chunk must hold to be taken

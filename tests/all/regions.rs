@@ -422,6 +422,24 @@ fn an_idle_reservation_in_the_cache_counts_as_room() {
 }
 
 #[test]
+fn a_region_that_must_move_while_empty_starts_over_at_its_size() {
+    // A window of 300 KiB after one of 200 KiB: the region holds nothing
+    // but cannot serve it in place (a 256 KiB reservation, or a heap block).
+    // It must not chain a chunk twice its first one and keep both sizes.
+    let k = 1 << 10;
+    for config in [fast().reserve(Some(256 * k)), fast().reserve(None)] {
+        let mut temp = CachingAllocator::with_config(config);
+        for size in [200 * k, 300 * k] {
+            fill(KernelContext::new(&temp).allocate_temp(size, 64).unwrap(), 1);
+            temp.reset();
+        }
+        let s = temp.stats();
+        let most = s.high_water + s.high_water / 8 + 16 * k;
+        assert!(s.bytes_held <= most, "{:?}: {s}", config.reserve);
+    }
+}
+
+#[test]
 fn a_region_whose_peak_passed_its_reservation_settles() {
     // One window moves the region past a 256 KiB reservation (a 32-bit
     // target reserves 64 MiB); after a release, the next reservation must
