@@ -468,7 +468,7 @@ impl CachingAllocator {
         // falls back to. Reckoned as the block, the larger: a request this
         // leaves out by less than 12.5% is refused, where reckoning it as
         // pages could strip the parked chunks for nothing every window.
-        let need = layout.size() + layout.align().saturating_sub(PAGE);
+        let need = chunk_need(layout);
         let least = in_place.unwrap_or(size_class(need).unwrap_or(usize::MAX));
         let others = || self.regions.others(claimed, region);
         let parked: usize = others().map(|r| r.parked_bytes(token)).sum();
@@ -481,8 +481,7 @@ impl CachingAllocator {
             return false;
         }
         for chunk in others().filter_map(|r| r.steal(token, 0)) {
-            totals.bytes_held -= chunk.usable();
-            totals.system_frees += self.cache.give_back(chunk);
+            totals.give_back(&self.cache, chunk);
         }
         give_back_spares(&self.cache, totals, spare);
         true
@@ -520,13 +519,11 @@ impl CachingAllocator {
             // would keep). Its chunk goes back, and the next is sized to the
             // request and the peak.
             if let Some(chunk) = region.take_chunk(token) {
-                totals.bytes_held -= chunk.usable();
-                totals.system_frees += self.cache.give_back(chunk);
+                totals.give_back(&self.cache, chunk);
             }
         }
         let cold = region.cold(token);
-        // A new chunk, page-aligned: `align - PAGE` bytes may go to padding.
-        let need = layout.size() + layout.align().saturating_sub(PAGE);
+        let need = chunk_need(layout);
         // `usable_from`: the least a parked chunk must hold to be taken
         // over. A region that starts its window without a chunk wants one
         // that holds its peak: it would outgrow a smaller one, and the
@@ -568,7 +565,7 @@ impl CachingAllocator {
             .try_reserve(1)
             .map_err(|_| Error::out_of_memory(layout))?;
         // No overflow: `extra` is 0 or a canary the layout was checked to hold.
-        let need = layout.size() + extra + layout.align().saturating_sub(PAGE);
+        let need = chunk_need(layout) + extra;
         // Exactly what it needs, so that giving it back frees it all.
         let options = ChunkOptions {
             reserve: self.config.reserve.map(|_| need),
@@ -756,12 +753,23 @@ fn take_chunk(
 /// Gives every spare chunk back to the cache: they count against its limit.
 fn give_back_spares(cache: &BlockCache, totals: &mut Totals, spare: &mut Vec<Chunk>) {
     for chunk in spare.drain(..) {
-        totals.bytes_held -= chunk.usable();
-        totals.system_frees += cache.give_back(chunk);
+        totals.give_back(cache, chunk);
     }
 }
 
+/// What a new chunk for `layout` must hold: chunks start page-aligned, so
+/// `align - PAGE` bytes may go to padding.
+fn chunk_need(layout: Layout) -> usize {
+    layout.size() + layout.align().saturating_sub(PAGE)
+}
+
 impl Totals {
+    /// Gives `chunk` back to `cache`, counting the system frees that caused.
+    fn give_back(&mut self, cache: &BlockCache, chunk: Chunk) {
+        self.bytes_held -= chunk.usable();
+        self.system_frees += cache.give_back(chunk);
+    }
+
     /// Counts a chunk from the cache as held, and how it was had.
     fn count(&mut self, taken: Taken) -> Chunk {
         if taken.system_allocations == 0 {
@@ -776,16 +784,10 @@ impl Totals {
 }
 
 impl Shared {
-    /// Gives `chunk` back to `cache`, counting the system frees that caused.
-    fn give_back(&mut self, cache: &BlockCache, chunk: Chunk) {
-        self.totals.bytes_held -= chunk.usable();
-        self.totals.system_frees += cache.give_back(chunk);
-    }
-
     /// Gives every loose chunk back to `cache`.
     fn give_back_loose(&mut self, cache: &BlockCache) {
         while let Some(chunk) = self.loose.pop() {
-            self.give_back(cache, chunk);
+            self.totals.give_back(cache, chunk);
         }
     }
 
@@ -793,7 +795,7 @@ impl Shared {
     fn free_last_dedicated(&mut self, cache: &BlockCache) {
         if let Some((chunk, size)) = self.dedicated.pop() {
             self.dedicated_live -= size;
-            self.give_back(cache, chunk);
+            self.totals.give_back(cache, chunk);
         }
     }
 
