@@ -3,12 +3,13 @@
 use core::alloc::Layout;
 use core::fmt;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::Error;
-use crate::block::{Block, BlockOptions, PAGE, size_class};
+use crate::block::{Block, BlockOptions, size_class};
 use crate::chunk::Chunk;
-use crate::os::Mapping;
+use crate::os::{Mapping, page_size};
 
 /// The memory behind [`CachingAllocator`](crate::CachingAllocator)s, shared
 /// (through `Arc`) by many of them — one per session or model — so memory one
@@ -25,6 +26,9 @@ use crate::os::Mapping;
 ///   it is refused with [`Error::BudgetExceeded`] after idle memory has been
 ///   freed to make room; nothing already lent out is disturbed.
 ///
+/// The limit is charged with one atomic operation, so allocators that grow
+/// at once (the first inference) do not serialise on the cache.
+///
 /// ```
 /// use std::sync::Arc;
 /// use tempalloc::{BlockCache, CachingAllocator, CachingConfig, KernelContext};
@@ -40,9 +44,20 @@ use crate::os::Mapping;
 /// ```
 #[derive(Debug)]
 pub struct BlockCache {
-    state: Mutex<CacheState>,
+    /// Idle chunks, least recently given back first.
+    idle: Mutex<VecDeque<Chunk>>,
     idle_budget: usize,
     max_bytes: Option<usize>,
+    /// Bytes taken from the system, lent out or idle: what the limit counts.
+    held: AtomicUsize,
+    /// Bytes in `idle` (changed under its lock, read without it).
+    idle_bytes: AtomicUsize,
+    system_allocations: AtomicU64,
+    system_frees: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    /// System allocations left before an injected failure (0: none armed).
+    fail_countdown: AtomicU64,
 }
 
 /// A snapshot of a [`BlockCache`]'s counters.
@@ -85,15 +100,6 @@ impl fmt::Display for CacheStats {
     }
 }
 
-#[derive(Debug, Default)]
-struct CacheState {
-    /// Idle chunks, least recently given back first.
-    idle: VecDeque<Chunk>,
-    stats: CacheStats,
-    /// System allocations left before an injected failure (0: none armed).
-    fail_countdown: u64,
-}
-
 /// How new memory is taken from the system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ChunkOptions {
@@ -134,9 +140,16 @@ impl BlockCache {
     /// ```
     pub fn with_limits(idle_budget: usize, max_bytes: Option<usize>) -> Self {
         BlockCache {
-            state: Mutex::new(CacheState::default()),
+            idle: Mutex::new(VecDeque::new()),
             idle_budget,
             max_bytes,
+            held: AtomicUsize::new(0),
+            idle_bytes: AtomicUsize::new(0),
+            system_allocations: AtomicU64::new(0),
+            system_frees: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            fail_countdown: AtomicU64::new(0),
         }
     }
 
@@ -164,7 +177,7 @@ impl BlockCache {
     /// assert_eq!(tempalloc::BlockCache::with_idle_budget(1 << 20).idle_bytes(), 0);
     /// ```
     pub fn idle_bytes(&self) -> usize {
-        self.state().stats.idle_bytes
+        self.idle_bytes.load(Relaxed)
     }
 
     /// The cache's counters now.
@@ -174,12 +187,19 @@ impl BlockCache {
     /// assert_eq!((s.bytes_held, s.hits, s.misses), (0, 0, 0));
     /// ```
     pub fn stats(&self) -> CacheStats {
-        self.state().stats
+        CacheStats {
+            bytes_held: self.held.load(Relaxed),
+            idle_bytes: self.idle_bytes.load(Relaxed),
+            system_allocations: self.system_allocations.load(Relaxed),
+            system_frees: self.system_frees.load(Relaxed),
+            hits: self.hits.load(Relaxed),
+            misses: self.misses.load(Relaxed),
+        }
     }
 
-    /// Frees idle memory, least recently used first, until at most
+    /// Frees idle memory, least recently given back first, until at most
     /// `target_bytes` are idle. Returns the bytes freed. For memory pressure
-    /// (a phone's memory warning).
+    /// (a phone's memory warning); `evict_idle(0)` frees all of it.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -190,40 +210,135 @@ impl BlockCache {
     /// KernelContext::new(&temp).scratch::<u8>(1 << 20)?;
     /// temp.release();
     /// assert!(cache.idle_bytes() >= 1 << 20);
-    /// cache.trim(0);
+    /// cache.evict_idle(0);
     /// assert_eq!(cache.idle_bytes(), 0);
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
-    pub fn trim(&self, target_bytes: usize) -> usize {
-        self.state().evict_to(target_bytes)
-    }
-
-    /// Frees all idle memory. Returns the bytes freed.
-    ///
-    /// ```
-    /// let cache = tempalloc::BlockCache::with_idle_budget(1 << 20);
-    /// assert_eq!(cache.release_all(), 0);
-    /// ```
-    pub fn release_all(&self) -> usize {
-        self.trim(0)
+    pub fn evict_idle(&self, target_bytes: usize) -> usize {
+        self.evict_to(&mut self.idle(), target_bytes)
     }
 
     /// Arms fault injection: see [`crate::testing::fail_nth_allocation`].
     pub(crate) fn fail_nth_allocation(&self, n: u64) {
-        self.state().fail_countdown = n;
+        self.fail_countdown.store(n, Relaxed);
     }
 
-    fn state(&self) -> MutexGuard<'_, CacheState> {
+    /// Bytes held now, for a [`BudgetExceeded`](Error::BudgetExceeded).
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Relaxed)
+    }
+
+    fn idle(&self) -> MutexGuard<'_, VecDeque<Chunk>> {
         // Nothing panics while the lock is held and every statement leaves
-        // the state consistent, so a poisoned lock is still good.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        // the list consistent, so a poisoned lock is still good.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Charges between `need` and `want` bytes to the hard limit (`want`
+    /// shrinks to the room left, in whole pages; `need` does not), freeing
+    /// idle memory first if that makes room. Returns the bytes charged.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BudgetExceeded`] (with `request`'s size) when `need` does
+    /// not fit; nothing is charged then.
+    pub(crate) fn charge(&self, need: usize, want: usize, request: Layout) -> Result<usize, Error> {
+        let want = want.max(need);
+        let Some(limit) = self.max_bytes else {
+            self.held.fetch_add(want, Relaxed);
+            return Ok(want);
+        };
+        let page = page_size();
+        let mut evicted = false;
+        loop {
+            let held = self.held.load(Relaxed);
+            let room = limit.saturating_sub(held) / page * page;
+            if need > room {
+                let idle = self.idle_bytes();
+                if evicted || need > room + idle {
+                    return Err(Error::BudgetExceeded {
+                        requested: request.size(),
+                        held,
+                        limit,
+                    });
+                }
+                // Idle memory goes before a request is refused.
+                self.evict_idle(idle - (need - room).min(idle));
+                evicted = true;
+                continue;
+            }
+            let charged = want.min(room);
+            if self
+                .held
+                .compare_exchange_weak(held, held + charged, Relaxed, Relaxed)
+                .is_ok()
+            {
+                return Ok(charged);
+            }
+        }
+    }
+
+    /// Takes back a charge of `bytes` that no memory was taken for.
+    pub(crate) fn uncharge(&self, bytes: usize) {
+        self.held.fetch_sub(bytes, Relaxed);
+    }
+
+    /// Commits `mapping` so that at least `need` bytes (whole pages) are
+    /// usable, about `want` if the limit allows. Lock-free: the charge is
+    /// one atomic operation. `Ok(None)` when the system refused the range
+    /// (nothing charged: the caller moves to other memory).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BudgetExceeded`] when `need` does not fit the limit, and
+    /// [`Error::OutOfMemory`] for an injected failure.
+    pub(crate) fn commit(
+        &self,
+        mapping: &mut Mapping,
+        need: usize,
+        want: usize,
+        prefault: bool,
+        request: Layout,
+    ) -> Result<Option<usize>, Error> {
+        let page = page_size();
+        let now = mapping.committed();
+        let pages = |bytes: usize| bytes.next_multiple_of(page).min(mapping.reserved());
+        let (need, want) = (pages(need), pages(want.max(need)));
+        debug_assert!(need > now);
+        let charged = self.charge(need - now, want - now, request)?;
+        if self.injected_failure() {
+            self.uncharge(charged);
+            return Err(Error::out_of_memory(request));
+        }
+        if mapping.commit(now + charged, prefault).is_err() {
+            self.uncharge(charged);
+            return Ok(None);
+        }
+        self.system_allocations.fetch_add(1, Relaxed);
+        Ok(Some(charged))
+    }
+
+    /// Gives the pages of `mapping` from `to` bytes on (rounded up to a
+    /// page) back to the system. Returns the bytes given back, or `None`
+    /// when the system refused: the pages stay committed and counted.
+    pub(crate) fn decommit(&self, mapping: &mut Mapping, to: usize) -> Option<usize> {
+        let to = to.next_multiple_of(page_size());
+        let before = mapping.committed();
+        if to >= before {
+            return Some(0);
+        }
+        mapping.decommit(to).ok()?;
+        self.held.fetch_sub(before - to, Relaxed);
+        self.system_frees.fetch_add(1, Relaxed);
+        Some(before - to)
     }
 
     /// A chunk that can serve `need` bytes at once (for `request`), with
     /// about `want` usable: idle memory if some fits, else new memory — a
     /// reservation with `want` committed, or a heap block of `want`'s size
-    /// class where nothing can be reserved. Never more than the hard limit
-    /// allows: `want` shrinks to fit, `need` does not.
+    /// class where nothing can be reserved or the system refuses to commit.
+    /// Never more than the hard limit allows: `want` shrinks to fit, `need`
+    /// does not.
     pub(crate) fn take(
         &self,
         need: usize,
@@ -231,18 +346,21 @@ impl BlockCache {
         options: ChunkOptions,
         request: Layout,
     ) -> Result<Taken, Error> {
-        let mut state = self.state();
-        if let Some(mut chunk) = state.take_idle(need, want, options) {
-            state.stats.hits += 1;
+        let oom = Error::out_of_memory(request);
+        let reserving = options.reserve.is_some();
+        if let Some(mut chunk) = self.take_idle(need, want, reserving, options.block) {
+            self.hits.fetch_add(1, Relaxed);
             let mut system_allocations = 0;
             // Only a reservation comes back smaller than `need`: it grows.
             if let Chunk::Mapped(m) = &mut chunk {
                 if m.committed() < need {
-                    if let Err(e) = self.commit(&mut state, m, need, want, options, request) {
-                        state.give_back(chunk, self.idle_budget);
-                        return Err(e);
+                    match self.commit(m, need, want, options.block.prefault, request) {
+                        Ok(Some(_)) => system_allocations = 1,
+                        grown => {
+                            self.give_back(chunk);
+                            return Err(grown.err().unwrap_or(oom));
+                        }
                     }
-                    system_allocations = 1;
                 }
             }
             return Ok(Taken {
@@ -250,150 +368,94 @@ impl BlockCache {
                 system_allocations,
             });
         }
-        state.stats.misses += 1;
-        let oom = Error::out_of_memory(request);
+        self.misses.fetch_add(1, Relaxed);
+        // Within the limit before anything is reserved: a request over it is
+        // over budget whatever its size.
+        self.charge(need, need, request).map(|c| self.uncharge(c))?;
+        let page = page_size();
+        let at_least = need.checked_next_multiple_of(page).ok_or(oom)?;
         let reserved = options
             .reserve
-            .and_then(|bytes| Mapping::reserve(bytes.max(need), options.block.huge_pages));
-        let chunk = match reserved {
-            Some(mut m) => {
-                self.commit(&mut state, &mut m, need, want, options, request)?;
-                Chunk::Mapped(m)
-            }
-            None => {
-                let size = size_class(want.max(need)).ok_or(oom)?;
-                let size = self.fit(&mut state, size_class(need).ok_or(oom)?, size, request)?;
-                let block = state
-                    .injected_failure(oom)
-                    .and_then(|()| Block::allocate(size, options.block).map_err(|_| oom));
-                let Ok(block) = block else {
-                    state.stats.bytes_held -= size;
-                    return Err(oom);
-                };
-                state.stats.system_allocations += 1;
-                Chunk::Heap(block)
-            }
+            .and_then(|bytes| Mapping::reserve(bytes, at_least, options.block.huge_pages));
+        if let Some(mut m) = reserved {
+            match self.commit(&mut m, need, want, options.block.prefault, request)? {
+                Some(_) => {
+                    return Ok(Taken {
+                        chunk: Chunk::Mapped(m),
+                        system_allocations: 1,
+                    });
+                }
+                // The system refused that range: a heap block instead.
+                None => self.system_frees.fetch_add(1, Relaxed),
+            };
+        }
+        let size = size_class(want.max(need)).ok_or(oom)?;
+        let least = size_class(need).ok_or(oom)?;
+        let charged = self.charge(least, size, request)?;
+        let size = size_class(charged).filter(|&s| s == charged).unwrap_or(least);
+        if charged > size {
+            self.uncharge(charged - size);
+        }
+        let block = if self.injected_failure() {
+            Err(oom)
+        } else {
+            Block::allocate(size, options.block).map_err(|_| oom)
         };
+        let Ok(block) = block else {
+            self.uncharge(size);
+            return Err(oom);
+        };
+        self.system_allocations.fetch_add(1, Relaxed);
         Ok(Taken {
-            chunk,
+            chunk: Chunk::Heap(block),
             system_allocations: 1,
         })
     }
 
-    /// Commits more of `mapping` so that at least `need` bytes are usable,
-    /// about `want` if the hard limit allows (for `request`).
-    pub(crate) fn grow(
-        &self,
-        mapping: &mut Mapping,
-        need: usize,
-        want: usize,
-        options: ChunkOptions,
-        request: Layout,
-    ) -> Result<(), Error> {
-        self.commit(&mut self.state(), mapping, need, want, options, request)
-    }
-
-    fn commit(
-        &self,
-        state: &mut CacheState,
-        mapping: &mut Mapping,
-        need: usize,
-        want: usize,
-        options: ChunkOptions,
-        request: Layout,
-    ) -> Result<(), Error> {
-        let oom = Error::out_of_memory(request);
-        let round = |bytes: usize| {
-            bytes
-                .checked_next_multiple_of(PAGE)
-                .map(|b| b.min(mapping.reserved()))
-        };
-        let need = round(need).ok_or(oom)?;
-        let want = round(want.max(need)).ok_or(oom)?;
-        let now = mapping.committed();
-        if need <= now {
-            return Ok(());
-        }
-        let to = now + self.fit(state, need - now, want - now, request)?;
-        if state.injected_failure(oom).is_err() || !mapping.commit(to, options.block.prefault) {
-            state.stats.bytes_held -= to - now;
-            return Err(oom);
-        }
-        state.stats.system_allocations += 1;
-        Ok(())
-    }
-
-    /// Charges between `need` and `want` more bytes (whole pages, both) to
-    /// the hard limit, freeing idle memory to make room; returns the bytes
-    /// charged, whole pages too.
-    fn fit(
-        &self,
-        state: &mut CacheState,
-        need: usize,
-        want: usize,
-        request: Layout,
-    ) -> Result<usize, Error> {
-        let Some(limit) = self.max_bytes else {
-            state.stats.bytes_held += want;
-            return Ok(want);
-        };
-        let held = state.stats.bytes_held;
-        if held.saturating_add(need) > limit {
-            let over = held.saturating_add(need) - limit;
-            state.evict_to(state.stats.idle_bytes.saturating_sub(over));
-        }
-        let held = state.stats.bytes_held;
-        let room = limit.saturating_sub(held) / PAGE * PAGE;
-        if need > room {
-            return Err(Error::BudgetExceeded {
-                requested: request.size(),
-                held,
-                limit,
-            });
-        }
-        let charged = want.min(room);
-        state.stats.bytes_held += charged;
-        Ok(charged)
-    }
-
-    /// Gives the pages of `mapping` from `to` bytes on back to the system.
-    pub(crate) fn decommit(&self, mapping: &mut Mapping, to: usize) {
-        let to = to.next_multiple_of(PAGE);
-        if to < mapping.committed() {
-            let mut state = self.state();
-            state.stats.bytes_held -= mapping.committed() - to;
-            state.stats.system_frees += 1;
-            mapping.decommit(to);
-        }
-    }
-
     /// Takes `chunk` back, idle; frees least recently used idle memory past
-    /// the idle budget. Returns how many system frees that took.
+    /// the idle budget, and a reservation with nothing committed at once (it
+    /// holds only address space). Returns how many system frees that took.
     pub(crate) fn give_back(&self, chunk: Chunk) -> u64 {
-        self.state().give_back(chunk, self.idle_budget)
+        if chunk.usable() == 0 {
+            drop(chunk);
+            self.system_frees.fetch_add(1, Relaxed);
+            return 1;
+        }
+        let frees = self.system_frees.load(Relaxed);
+        let mut idle = self.idle();
+        self.idle_bytes.fetch_add(chunk.usable(), Relaxed);
+        idle.push_back(chunk);
+        self.evict_to(&mut idle, self.idle_budget);
+        self.system_frees.load(Relaxed) - frees
     }
-}
 
-impl CacheState {
     /// The idle chunk that best serves `need` bytes with about `want`
     /// usable: the smallest that is large enough and at most a quarter above
-    /// `want`'s size class (so held memory stays near what is used) and, among
-    /// equals, the most recently given back (warm in cache); else, if
-    /// regions grow in place, the largest reservation that can grow to `need`.
-    fn take_idle(&mut self, need: usize, want: usize, options: ChunkOptions) -> Option<Chunk> {
+    /// `want`'s size class (so held memory stays near what is used) and,
+    /// among equals, the most recently given back (warm in cache); else, if
+    /// regions grow in place (`reserving`), the largest reservation that can
+    /// grow to `need`.
+    fn take_idle(
+        &self,
+        need: usize,
+        want: usize,
+        reserving: bool,
+        block: BlockOptions,
+    ) -> Option<Chunk> {
         let class = size_class(want.max(need))?;
-        let huge = options.block.huge_pages && class >= crate::block::HUGE_PAGE;
+        let huge = block.huge_pages && crate::os::huge_page_size().is_some_and(|h| class >= h);
         let fits = |c: &Chunk| match c {
             Chunk::Heap(b) => {
                 b.size() >= need && b.size() <= class + class / 4 && b.is_huge() == huge
             }
-            Chunk::Mapped(m) => options.reserve.is_some() && m.reserved() >= need,
+            Chunk::Mapped(m) => reserving && m.reserved() >= need,
         };
-        let best = (0..self.idle.len())
+        let mut idle = self.idle();
+        let best = (0..idle.len())
             .rev()
-            .filter(|&i| fits(&self.idle[i]))
+            .filter(|&i| fits(&idle[i]))
             .min_by_key(|&i| {
-                let usable = self.idle[i].usable();
+                let usable = idle[i].usable();
                 // Large enough first (smallest of them), then the largest.
                 if usable >= need {
                     (0, usable)
@@ -401,50 +463,34 @@ impl CacheState {
                     (1, usize::MAX - usable)
                 }
             })?;
-        let chunk = self.idle.remove(best)?;
-        self.stats.idle_bytes -= chunk.usable();
+        let chunk = idle.remove(best)?;
+        self.idle_bytes.fetch_sub(chunk.usable(), Relaxed);
         Some(chunk)
     }
 
-    fn give_back(&mut self, chunk: Chunk, idle_budget: usize) -> u64 {
-        self.stats.idle_bytes += chunk.usable();
-        self.idle.push_back(chunk);
-        let frees = self.stats.system_frees;
-        self.evict_to(idle_budget);
-        self.stats.system_frees - frees
-    }
-
-    /// `Err(oom)` if an injected failure is due now.
-    fn injected_failure(&mut self, oom: Error) -> Result<(), Error> {
-        match self.fail_countdown {
-            0 => Ok(()),
-            1 => {
-                self.fail_countdown = 0;
-                Err(oom)
-            }
-            n => {
-                self.fail_countdown = n - 1;
-                Ok(())
-            }
-        }
+    /// Whether an injected failure is due now.
+    fn injected_failure(&self) -> bool {
+        let due = self
+            .fail_countdown
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+        due == Ok(1)
     }
 
     /// Frees least recently used idle chunks until at most `target` bytes
     /// are idle; returns the bytes freed.
-    fn evict_to(&mut self, target: usize) -> usize {
+    fn evict_to(&self, idle: &mut VecDeque<Chunk>, target: usize) -> usize {
         let mut freed = 0;
-        while self.stats.idle_bytes > target {
-            let Some(chunk) = self.idle.pop_front() else {
+        while self.idle_bytes() > target {
+            let Some(chunk) = idle.pop_front() else {
                 break;
             };
             let bytes = chunk.usable();
-            self.stats.idle_bytes -= bytes;
-            self.stats.bytes_held -= bytes;
-            self.stats.system_frees += 1;
+            self.idle_bytes.fetch_sub(bytes, Relaxed);
+            self.held.fetch_sub(bytes, Relaxed);
+            self.system_frees.fetch_add(1, Relaxed);
             freed += bytes;
             drop(chunk);
         }
-        debug_assert!(self.stats.idle_bytes <= self.stats.bytes_held);
         freed
     }
 }

@@ -709,7 +709,7 @@ pub unsafe extern "C" fn tempalloc_block_cache_trim(
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
     let cache = unsafe { handle(cache) };
-    let result = guard(|| Ok(cache?.0.trim(target_bytes)));
+    let result = guard(|| Ok(cache?.0.evict_idle(target_bytes)));
     let mut freed = 0;
     let code = status(result, Some(&mut freed));
     // SAFETY: the caller guarantees `error` is NULL or writable.
@@ -815,7 +815,7 @@ pub unsafe extern "C" fn tempalloc_checkpoint(
             let serial = alloc.next_serial;
             alloc.next_serial += 1;
             let depth = alloc.checkpoints.len();
-            let cp = alloc.temp.checkpoint();
+            let cp = alloc.temp.checkpoint().map_err(code)?;
             alloc.checkpoints.push((serial, cp));
             Ok(tempalloc_checkpoint_token {
                 allocator: alloc.id,

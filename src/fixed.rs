@@ -450,8 +450,8 @@ unsafe impl Rewind for FixedAllocator<'_> {
     type Checkpoint = FixedCheckpoint;
 
     #[inline]
-    fn checkpoint(&self) -> FixedCheckpoint {
-        FixedAllocator::checkpoint(self)
+    fn checkpoint(&self) -> Result<FixedCheckpoint, Error> {
+        Ok(FixedAllocator::checkpoint(self))
     }
 
     #[inline]

@@ -8,6 +8,25 @@ use core::ptr::NonNull;
 
 use crate::block::{HUGE_PAGE, PAGE};
 
+/// The page size every address and length handed to the system is a
+/// multiple of. (Interim: the OS-layer work reads it at run time.)
+#[inline]
+pub(crate) fn page_size() -> usize {
+    PAGE
+}
+
+/// The transparent-huge-page size, where the hint applies. (Interim.)
+pub(crate) fn huge_page_size() -> Option<usize> {
+    cfg!(all(target_os = "linux", not(miri))).then_some(HUGE_PAGE)
+}
+
+/// A region's first reservation. (Interim value.)
+pub(crate) const REGION_RESERVE: usize = if usize::BITS >= 64 { 256 << 20 } else { 8 << 20 };
+
+/// A system call said no.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused;
+
 /// A reserved range of address space, of which the first `committed` bytes
 /// are readable and writable. Unmapped on drop.
 ///
@@ -36,8 +55,8 @@ impl Mapping {
     /// committed, aligned to 2 MiB when `huge` (and asking for transparent
     /// huge pages on it). `None` when the platform has no reservations or
     /// refuses this one.
-    pub(crate) fn reserve(bytes: usize, huge: bool) -> Option<Mapping> {
-        let reserved = bytes.checked_next_multiple_of(PAGE)?;
+    pub(crate) fn reserve(bytes: usize, at_least: usize, huge: bool) -> Option<Mapping> {
+        let reserved = bytes.max(at_least).checked_next_multiple_of(PAGE)?;
         let slack = if huge { HUGE_PAGE } else { 0 };
         let map_len = reserved.checked_add(slack)?;
         let map = sys::reserve(map_len)?;
@@ -78,12 +97,12 @@ impl Mapping {
     /// Commits pages up to `to` bytes from the base (a multiple of [`PAGE`],
     /// at most `reserved`), touching them when `prefault`. `false` when the
     /// system refuses (no memory); nothing changes then.
-    pub(crate) fn commit(&mut self, to: usize, prefault: bool) -> bool {
+    pub(crate) fn commit(&mut self, to: usize, prefault: bool) -> Result<(), Refused> {
         debug_assert!(to % PAGE == 0 && to <= self.reserved && to > self.committed);
         // SAFETY: `committed` is inside the reservation.
         let start = unsafe { self.base.add(self.committed) };
         if !sys::commit(start, to - self.committed) {
-            return false;
+            return Err(Refused);
         }
         if prefault {
             for offset in (self.committed..to).step_by(PAGE) {
@@ -93,18 +112,19 @@ impl Mapping {
             }
         }
         self.committed = to;
-        true
+        Ok(())
     }
 
     /// Gives the pages from `to` bytes on (a multiple of [`PAGE`]) back to
     /// the system: they leave the resident set at once and read as zero if
     /// committed again. The caller must hold no reference into them.
-    pub(crate) fn decommit(&mut self, to: usize) {
+    pub(crate) fn decommit(&mut self, to: usize) -> Result<(), Refused> {
         debug_assert!(to % PAGE == 0 && to < self.committed);
         // SAFETY: `to < committed <= reserved`.
         let start = unsafe { self.base.add(to) };
         sys::decommit(start, self.committed - to);
         self.committed = to;
+        Ok(())
     }
 }
 

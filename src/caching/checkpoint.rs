@@ -1,9 +1,12 @@
 //! Checkpoints of a [`CachingAllocator`](super::CachingAllocator):
-//! [`Checkpoint`], the marks regions keep for it, and `checkpoint`/`rewind`.
+//! [`Checkpoint`], the marks it keeps of each region, and
+//! `checkpoint`/`rewind`.
 
+use core::ptr;
 use std::sync::PoisonError;
 
-use super::{CachingAllocator, Shared};
+use super::region::Mark;
+use super::{CachingAllocator, Shared, regions};
 use crate::frame::run_frame;
 use crate::{Error, Frame, Rewind};
 
@@ -16,7 +19,7 @@ use crate::{Error, Frame, Rewind};
 /// use tempalloc::{CachingAllocator, KernelContext};
 ///
 /// let mut temp = CachingAllocator::new();
-/// let cp = temp.checkpoint();
+/// let cp = temp.checkpoint()?;
 /// KernelContext::new(&temp).scratch::<u8>(64)?;
 /// temp.rewind(cp)?;
 /// # Ok::<(), tempalloc::Error>(())
@@ -36,34 +39,21 @@ pub struct Checkpoint {
 }
 
 /// How many checkpoints can be open at once (nested) before taking one
-/// more makes a system allocation: the allocator and every region make room
-/// for this many when they are made. Frames use one per level (inference,
-/// layer, kernel, a kernel's inner kernel), so 8 covers real nesting.
+/// more may need memory: the allocator makes room for this many, with a
+/// mark for each of 8 regions, when it is made. Frames use one per level
+/// (inference, layer, kernel, a kernel's inner kernel).
 pub(crate) const NESTED_CHECKPOINTS: usize = 8;
 
 /// An open checkpoint, as the allocator keeps it.
 #[derive(Debug)]
 pub(super) struct Open {
     serial: u64,
+    /// Where its marks start in `Shared::marks`.
+    marks: usize,
     /// Dedicated chunks then.
     dedicated: usize,
     /// Allocations with a canary then (debug checks).
     canaries: usize,
-}
-
-/// Where one region was when a checkpoint was taken.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Mark {
-    /// The checkpoint's depth.
-    pub depth: usize,
-    /// The region's cursor in the chunk that was current.
-    pub cursor: usize,
-    /// Chunks the region had retired.
-    pub retired: usize,
-    /// Bytes used in them.
-    pub retired_used: usize,
-    /// The region's live bytes.
-    pub live: usize,
 }
 
 impl CachingAllocator {
@@ -73,17 +63,17 @@ impl CachingAllocator {
     ///
     /// A runtime takes one before each kernel and rewinds after it, so the
     /// kernel's scratch serves the next kernel while scratch that lives for
-    /// the whole inference stays put. It costs a lock and a few stores per
-    /// region in use, and after the first inference no system allocation.
-    /// Take it while no other thread is allocating from this allocator, so
-    /// that "before" is well defined.
+    /// the whole inference stays put. It costs the lock and a few loads per
+    /// region in use; up to [8 nested](crate::Frame) with 8 regions in use,
+    /// no allocation. Take it while no other thread is allocating from this
+    /// allocator, so that "before" is well defined.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
     ///
     /// let mut temp = CachingAllocator::new();
     /// let kv = KernelContext::new(&temp).scratch::<u8>(1000)?.as_mut_ptr();
-    /// let cp = temp.checkpoint();
+    /// let cp = temp.checkpoint()?;
     /// let a = KernelContext::new(&temp).scratch::<u8>(500)?.as_mut_ptr();
     /// temp.rewind(cp)?;
     /// let b = KernelContext::new(&temp).scratch::<u8>(500)?.as_mut_ptr();
@@ -98,33 +88,51 @@ impl CachingAllocator {
     /// use tempalloc::{CachingAllocator, KernelContext};
     ///
     /// let mut temp = CachingAllocator::new();
-    /// let cp = temp.checkpoint();
+    /// let cp = temp.checkpoint().unwrap();
     /// let ctx = KernelContext::new(&temp);
     /// let tile = ctx.scratch::<f32>(16).unwrap();
     /// temp.rewind(cp).unwrap(); // error: `temp` is still borrowed by `tile`
     /// tile[0] = 1.0;
     /// ```
-    pub fn checkpoint(&self) -> Checkpoint {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfMemory`] when there is no memory for the checkpoint's
+    /// books (more nested checkpoints or regions than were made room for);
+    /// nothing changes then.
+    pub fn checkpoint(&self) -> Result<Checkpoint, Error> {
         let mut shared = self.lock();
-        let depth = shared.open.len();
+        let Shared {
+            regions,
+            open,
+            marks,
+            ..
+        } = &mut *shared;
+        let oom = Error::OutOfMemory {
+            size: size_of::<Mark>() * (regions.len() + 1),
+            align: align_of::<Mark>(),
+        };
+        open.try_reserve(1).map_err(|_| oom)?;
+        marks.try_reserve(regions.len() + 1).map_err(|_| oom)?;
+        let at = marks.len();
+        let all = super::regions(regions).chain([self.locked()]);
+        marks.extend(all.filter_map(|r| r.mark()));
         let serial = shared.next_serial;
         shared.next_serial += 1;
+        let depth = shared.open.len();
         let open = Open {
             serial,
+            marks: at,
             dedicated: shared.dedicated.len(),
             canaries: shared.debug.len(),
         };
         shared.open.push(open);
-        let Shared { token, claimed, .. } = &mut *shared;
-        for region in self.regions.iter(claimed).chain([&self.locked]) {
-            region.cold(token).mark(region, depth);
-        }
-        Checkpoint {
+        Ok(Checkpoint {
             allocator: self.id,
             resets: shared.totals.resets,
             depth,
             serial,
-        }
+        })
     }
 
     /// Recycles everything allocated since `checkpoint` was taken. Needs
@@ -132,13 +140,16 @@ impl CachingAllocator {
     /// and no other thread can be allocating. Checkpoints nest: rewinding
     /// one also closes those taken after it, which cannot be rewound then.
     ///
+    /// Regions that were empty at the checkpoint become FREE, so the worker
+    /// threads of the next kernel, fresh or not, take over their memory.
+    ///
     /// ```
     /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
     ///
     /// let mut temp = CachingAllocator::new();
-    /// let outer = temp.checkpoint();
+    /// let outer = temp.checkpoint()?;
     /// KernelContext::new(&temp).scratch::<u8>(100)?;
-    /// let inner = temp.checkpoint();
+    /// let inner = temp.checkpoint()?;
     /// KernelContext::new(&temp).scratch::<u8>(200)?;
     /// temp.rewind(inner)?;
     /// assert_eq!(temp.stats().bytes_live, 100);
@@ -160,34 +171,41 @@ impl CachingAllocator {
             .shared
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        let (dedicated, canaries) = check(self.id, shared, &checkpoint)?;
-        shared.open.truncate(checkpoint.depth);
+        let open = check(self.id, shared, &checkpoint)?;
+        let (from, dedicated, canaries) = (open.marks, open.dedicated, open.canaries);
+        // The marks taken at this checkpoint: up to the next one's.
+        let to = shared
+            .open
+            .get(checkpoint.depth + 1)
+            .map_or(shared.marks.len(), |next| next.marks);
         if self.config.debug_checks {
             // Before any chunk goes back: the memory is still ours to poison.
-            shared.recycle_canaries(canaries);
+            shared.totals.canary_violations += shared.debug.recycle(canaries);
         }
-        let depth = checkpoint.depth;
-        self.each_region(|region, locked, keep, loose| region.rewind(locked, depth, keep, loose));
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        // Chunks the kernel outgrew serve the next kernel.
-        shared.spare.append(&mut shared.loose);
+        // SAFETY: the locked region lives until the allocator drops.
+        let locked = unsafe { self.locked.as_ref() };
+        let mut live = shared.dedicated_live;
+        for region in regions(&shared.regions).chain([locked]) {
+            let mark = shared.marks[from..to]
+                .iter()
+                .find(|m| ptr::eq(m.region, region));
+            // SAFETY: `&mut self`: no thread uses the region.
+            live += shared.totals.fold(unsafe { region.rewind(mark) });
+        }
+        shared.window_high = shared.window_high.max(live);
+        shared.marks.truncate(from);
+        shared.open.truncate(checkpoint.depth);
         while shared.dedicated.len() > dedicated {
-            shared.free_last_dedicated(&self.cache);
+            shared.free_last_dedicated(&self.books);
         }
+        self.new_window();
         Ok(())
     }
 }
 
 /// Which rule, if any, keeps `checkpoint` from being rewound to; if none,
-/// the dedicated chunks and canaries there were when it was taken.
-fn check(
-    allocator: u64,
-    shared: &Shared,
-    checkpoint: &Checkpoint,
-) -> Result<(usize, usize), Error> {
+/// the open checkpoint.
+fn check<'s>(allocator: u64, shared: &'s Shared, checkpoint: &Checkpoint) -> Result<&'s Open, Error> {
     if checkpoint.allocator != allocator {
         return Err(Error::ForeignCheckpoint);
     }
@@ -199,7 +217,7 @@ fn check(
         });
     }
     match shared.open.get(checkpoint.depth) {
-        Some(open) if open.serial == checkpoint.serial => Ok((open.dedicated, open.canaries)),
+        Some(open) if open.serial == checkpoint.serial => Ok(open),
         _ => Err(Error::CheckpointClosed {
             depth: checkpoint.depth,
             open: shared.open.len(),
@@ -211,13 +229,12 @@ fn check(
 // checkpoint in every region and keeps earlier chunks and cursors, and fails
 // without change on a stale, closed or foreign checkpoint. Scratch lives in
 // chunks (mappings or heap blocks from the block cache) that the regions
-// own, and the regions are allocations of their own, so none of it is
-// inside the `CachingAllocator` value.
+// own, so none of it is inside the `CachingAllocator` value.
 unsafe impl Rewind for CachingAllocator {
     type Checkpoint = Checkpoint;
 
     #[inline]
-    fn checkpoint(&self) -> Checkpoint {
+    fn checkpoint(&self) -> Result<Checkpoint, Error> {
         CachingAllocator::checkpoint(self)
     }
 

@@ -1,16 +1,7 @@
 //! [`CachingConfig`]: the knobs of a [`CachingAllocator`](crate::CachingAllocator).
 
 use crate::block::BlockOptions;
-
-/// Address space each region reserves by default: plenty on 64-bit targets
-/// (reserving costs no memory), and little enough on 32-bit ones that a few
-/// threads leave room for everything else. A region that needs more moves to
-/// a larger reservation.
-const DEFAULT_RESERVE: usize = if usize::BITS >= 64 {
-    64 << 30
-} else {
-    64 << 20
-};
+use crate::os::REGION_RESERVE;
 
 /// How a [`CachingAllocator`](crate::CachingAllocator) sizes, limits and
 /// prepares its memory. Start from `CachingConfig::default()` and change
@@ -21,8 +12,8 @@ const DEFAULT_RESERVE: usize = if usize::BITS >= 64 {
 /// use tempalloc::{CachingAllocator, CachingConfig};
 ///
 /// let config = CachingConfig::default()
-///     .min_block_size(1 << 20)
 ///     .max_bytes(Some(64 << 20))
+///     .retain(Some(16 << 20))
 ///     .prefault(true);
 /// let temp = CachingAllocator::with_config(config);
 /// assert_eq!(temp.config().max_bytes, Some(64 << 20));
@@ -40,22 +31,26 @@ pub struct CachingConfig {
     pub max_bytes: Option<usize>,
     /// See [`reserve`](Self::reserve()).
     pub reserve: Option<usize>,
+    /// See [`retain`](Self::retain()).
+    pub retain: Option<usize>,
     /// See [`debug_checks`](Self::debug_checks()).
     pub debug_checks: bool,
     pub(crate) block: BlockOptions,
 }
 
 impl Default for CachingConfig {
-    /// 64 KiB first commits, no dedicated chunks, nothing kept idle, no hard
-    /// limit, 64 GiB reservations (64 MiB on 32-bit targets), no prefault,
-    /// no huge pages; debug checks in debug builds only.
+    /// First commits sized to the first request, no dedicated chunks,
+    /// nothing kept idle, no hard limit, the platform's reservation size
+    /// (README, "Platforms"), no retain cap, no prefault, no huge pages;
+    /// debug checks in debug builds only.
     fn default() -> Self {
         CachingConfig {
-            min_block_size: 64 << 10,
+            min_block_size: 0,
             dedicated_threshold: None,
             idle_budget: 0,
             max_bytes: None,
-            reserve: Some(DEFAULT_RESERVE),
+            reserve: Some(REGION_RESERVE),
+            retain: None,
             debug_checks: cfg!(debug_assertions),
             block: BlockOptions::default(),
         }
@@ -63,11 +58,13 @@ impl Default for CachingConfig {
 }
 
 impl CachingConfig {
-    /// The least memory a thread's region makes usable at once: its first
-    /// commit (or heap block). Later growth commits 12.5% more than the
-    /// region has (at least 16 KiB) whenever a request does not fit. Raise
-    /// it when the first inference's system calls matter (for example, to
-    /// the expected peak).
+    /// The least memory a region makes usable when it takes a chunk: its
+    /// first commit (or heap block). By default (0) that is what the first
+    /// request needs, in whole pages; later growth commits 12.5% more than
+    /// the region has (at least a page) whenever a request does not fit.
+    /// Raise it when the first inference's system calls matter (for
+    /// example, to the expected peak of a thread); it is also the least
+    /// [`max_bytes`](Self::max_bytes()) must leave each thread.
     ///
     /// ```
     /// let c = tempalloc::CachingConfig::default().min_block_size(4 << 20);
@@ -114,12 +111,17 @@ impl CachingConfig {
     }
 
     /// A hard limit on all memory the allocator's own cache takes from the
-    /// system. A request succeeds whenever what is held plus what it needs
-    /// fits under it; one that would pass it is
+    /// system. The rule: a program is served whenever the limit covers what
+    /// is live plus, for each thread allocating at once, one growth step of
+    /// its region (12.5% of what it holds, at least one page: the least a
+    /// thread's region can hold is one page) and its alignment padding. A
+    /// request that would pass it is first given the memory of regions no
+    /// thread leases this window (largest first) and the cache's idle
+    /// memory, if that makes room; otherwise it is
     /// [`Error::BudgetExceeded`](crate::Error::BudgetExceeded), with the
-    /// request, what is held and the limit. Growth never asks for more than
-    /// the limit allows. Use it on devices where the OS kills processes over
-    /// a memory line. Not used by
+    /// request, what is held and the limit, whatever the request's size.
+    /// Growth never asks for more than the limit allows. Use it on devices
+    /// where the OS kills processes over a memory line. Not used by
     /// [`CachingAllocator::with_cache`](crate::CachingAllocator::with_cache),
     /// where the shared cache's limit rules.
     ///
@@ -133,12 +135,14 @@ impl CachingConfig {
         self
     }
 
-    /// Address space each region reserves (no more than `max_bytes`), so it
-    /// can grow in place by committing pages; reserving costs no memory.
+    /// Address space a region first reserves (no more than `max_bytes`), so
+    /// it can grow in place by committing pages; reserving costs no memory.
+    /// A region that outgrows its reservation moves to one four times what
+    /// it uses. The default depends on the platform (README, "Platforms").
     /// `None` uses heap blocks instead, which is also what happens where
-    /// nothing can be reserved (Miri, `ulimit -v`, systems other than Unix):
-    /// a region then moves to a block sized to its peak at the reset after
-    /// it outgrows one.
+    /// nothing can be reserved (Miri, `ulimit -v`, wasm): a region then
+    /// moves to a block sized to its peak at the reset after it outgrows
+    /// one.
     ///
     /// ```
     /// let c = tempalloc::CachingConfig::default().reserve(None);
@@ -147,6 +151,30 @@ impl CachingConfig {
     #[must_use]
     pub fn reserve(mut self, bytes: Option<usize>) -> Self {
         self.reserve = bytes;
+        self
+    }
+
+    /// A cap on what the allocator keeps between inferences: at each reset,
+    /// the largest regions give their pages back (and heap regions their
+    /// blocks) until at most `bytes` are held, so one huge inference (a
+    /// long prompt) does not pin its peak for the life of the session. The
+    /// next inference grows them again as it needs. ExecuTorch's caching
+    /// allocator frees everything past its cap; this gives back only the
+    /// excess, largest regions first. `None` (the default) keeps the most
+    /// each thread used.
+    ///
+    /// ```
+    /// use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+    ///
+    /// let mut temp = CachingAllocator::with_config(CachingConfig::default().retain(Some(1 << 20)));
+    /// KernelContext::new(&temp).scratch::<u8>(8 << 20)?; // a long prompt
+    /// temp.reset();
+    /// assert!(temp.stats().bytes_held <= 1 << 20);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    #[must_use]
+    pub fn retain(mut self, bytes: Option<usize>) -> Self {
+        self.retain = bytes;
         self
     }
 

@@ -1,53 +1,57 @@
 //! [`CachingAllocator`]: the product. A region per thread that grows in
-//! place; reset and rewind in a few stores per thread; one shared budget.
+//! place, leased for one window at a time; reset and rewind in a few stores
+//! per region; one shared budget.
 //!
-//! The files, one concern each: `region.rs` (one thread's bump range and its
-//! chunks), `threads.rs` (which region a thread uses), `checkpoint.rs`
-//! (checkpoints and rewinds), `debug.rs` (canaries and poison), `config.rs`.
+//! The files, one concern each: `lease.rs` (which region a thread uses),
+//! `region.rs` (one region: the bump, reset and rewind), `grow.rs` (how a
+//! region grows, and the budget rule), `checkpoint.rs`, `debug.rs`
+//! (canaries and poison), `config.rs`.
 
 mod checkpoint;
 mod config;
 mod debug;
+mod grow;
+mod lease;
 mod region;
-mod threads;
 
 use core::alloc::Layout;
 use core::fmt;
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use checkpoint::Checkpoint;
 pub use config::CachingConfig;
 
-use crate::block::{PAGE, size_class};
-use crate::block_cache::{BlockCache, ChunkOptions, Taken};
+use crate::block_cache::{BlockCache, ChunkOptions};
 use crate::chunk::Chunk;
-use crate::os::Mapping;
+use crate::os::page_size;
 use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
-use region::{Folded, Region, growth};
-use threads::{Claimed, Regions};
+use grow::Books;
+use region::{Folded, Mark, Region};
 
-/// Ids that tell allocators apart, so a checkpoint cannot be used on another.
-static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(0);
+/// Ids that tell allocators apart (never 0, which no thread remembers).
+static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The caching temp allocator: what a runtime should use.
 ///
-/// Every thread that allocates gets a *region* of its own (there is no cap
-/// on the thread count), so a request is a handful of instructions with no
-/// lock and no atomic read-modify-write, and threads never contend. A region
-/// reserves a large range of address space and commits pages as its cursor
-/// first passes them, so it grows in place: no chain of blocks, no copy, and
-/// after warm-up no system call. [`reset`](TempAllocator::reset) rewinds every
-/// region to its start, so after warm-up an inference makes **zero** system
-/// allocations, and what the allocator holds — what the system keeps resident
-/// for it — stays within 12.5% (plus 16 KiB) of the most each thread used in
-/// one window, from the first inference on. Where address space cannot be
-/// reserved (Miri, `ulimit -v`, systems other than Unix), regions use heap
+/// Every thread that allocates bumps in a *region* of its own, leased for
+/// the window (until the next reset or rewind), so a request is a handful
+/// of instructions with no lock and no atomic read-modify-write, and threads
+/// never contend. There is no cap on the thread count. A region reserves
+/// address space and commits pages as its cursor first passes them, so it
+/// grows in place: no chain of blocks, no copy, and after warm-up no system
+/// call. [`reset`](TempAllocator::reset) rewinds every region to its start
+/// and frees the leases, so after warm-up an inference makes **zero** system
+/// allocations, and what the allocator holds — what the system keeps
+/// resident for it — stays within 12.5% (and a page) of the most each thread
+/// used in one window, from the first inference on. Threads that come and go
+/// (fresh threads per kernel) lease the regions the last ones left. Where
+/// address space cannot be reserved (Miri, `ulimit -v`), regions use heap
 /// blocks sized to their peak instead.
 ///
 /// [`checkpoint`](CachingAllocator::checkpoint) and
@@ -69,66 +73,61 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(0);
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
 pub struct CachingAllocator {
-    /// Each thread's region; the fast path's only lookup.
-    regions: Regions,
+    /// The current window's token: a thread that remembers it leases the
+    /// region it remembers (see `lease.rs`).
+    window: u64,
     /// Requests of at least this many bytes get a chunk of their own
     /// (`usize::MAX`: none do).
     dedicated_from: usize,
     /// The region the debug checks carve every request from, under the lock.
-    locked: Region,
+    locked: NonNull<Region>,
     shared: Mutex<Shared>,
-    cache: Arc<BlockCache>,
+    books: Books,
     config: CachingConfig,
     id: u64,
 }
 
-/// Everything the slow path changes, under the lock.
-#[derive(Default)]
+// SAFETY: the regions (`locked` and the list in `shared`) are owned by the
+// allocator like `Box`es and are `Send + Sync`; everything else is too.
+unsafe impl Send for CachingAllocator {}
+// SAFETY: as above; `&self` methods reach regions only through their
+// leases, the lock, or atomics.
+unsafe impl Sync for CachingAllocator {}
+
+/// What the slow path changes under the lock.
 pub(super) struct Shared {
-    /// Proof of holding the lock, for [`Region::cold`].
-    token: Locked,
-    /// Every region made so far.
-    claimed: Claimed,
-    totals: Totals,
-    /// Chunks taken over from parked regions, or that a rewind took back,
-    /// for the next region that needs one in this window. A reset gives
-    /// them to regions that outgrew their chunks, or back to the cache.
-    spare: Vec<Chunk>,
-    /// Chunks a reset or rewind takes off the regions, on their way to the
-    /// cache or the spares: kept between calls so that they do not allocate.
-    loose: Vec<Chunk>,
+    /// Every region made so far, freed when the allocator drops.
+    regions: Vec<NonNull<Region>>,
     /// Chunks of requests above the dedicated threshold, with their sizes.
     dedicated: Vec<(Chunk, usize)>,
     /// Bytes requested in `dedicated`.
     dedicated_live: usize,
     /// Checkpoints not yet rewound, outermost first.
     open: Vec<Open>,
+    /// Their marks of the regions in use, in the same order.
+    marks: Vec<Mark>,
     next_serial: u64,
     /// Canaries of the allocations since the last reset (debug checks only).
     debug: DebugState,
     /// The most bytes live at once in this window so far.
     window_high: usize,
+    totals: Totals,
 }
 
-/// The allocator's lock is held by whoever can borrow this mutably.
-#[derive(Default)]
-pub(super) struct Locked(());
+// SAFETY: the region pointers are to regions the allocator owns, which are
+// `Send + Sync`; chunks and marks are `Send`.
+unsafe impl Send for Shared {}
 
-/// Counters of what is done, folded in at resets and rewinds (the regions
-/// count their own requests in between).
+/// Counters folded in at resets and rewinds (the regions count their own
+/// requests in between).
 #[derive(Debug, Default)]
 struct Totals {
     allocations: u64,
     bytes_requested: u64,
     resets: u64,
-    system_allocations: u64,
-    system_frees: u64,
-    bytes_held: usize,
     high_water: usize,
     /// The most bytes live at once in the window the last reset ended.
     last_window_high: usize,
-    cache_hits: u64,
-    cache_misses: u64,
     canary_violations: u64,
 }
 
@@ -139,6 +138,15 @@ impl Totals {
         self.bytes_requested += folded.bytes_requested;
         folded.live
     }
+}
+
+/// The regions in `list`, borrowed for as long as the list: regions are
+/// freed only when the allocator drops, which empties the list first.
+fn regions(list: &[NonNull<Region>]) -> impl Iterator<Item = &Region> {
+    // SAFETY: every pointer in the list came from `Region::try_new` and is
+    // freed only by `Drop for CachingAllocator`, after draining the list
+    // (which this borrow of it keeps from happening meanwhile).
+    list.iter().map(|r| unsafe { r.as_ref() })
 }
 
 impl Default for CachingAllocator {
@@ -195,21 +203,30 @@ impl CachingAllocator {
     /// assert!(Arc::ptr_eq(a.cache(), b.cache()));
     /// ```
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
-        let id = NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed);
+        // Like every allocation a constructor makes (the lock, the cache's
+        // `Arc`), a failure here is the global allocator's error.
+        let no_memory = || std::alloc::handle_alloc_error(Layout::new::<Region>());
+        let locked = Region::try_new(0).unwrap_or_else(no_memory);
+        let mut shared = Shared {
+            regions: Vec::new(),
+            dedicated: Vec::new(),
+            dedicated_live: 0,
+            open: Vec::with_capacity(NESTED_CHECKPOINTS),
+            marks: Vec::with_capacity(NESTED_CHECKPOINTS * NESTED_CHECKPOINTS),
+            next_serial: 0,
+            debug: DebugState::default(),
+            window_high: 0,
+            totals: Totals::default(),
+        };
+        shared.regions.reserve(NESTED_CHECKPOINTS);
         CachingAllocator {
-            regions: Regions::new(id),
+            window: lease::next_window(),
             dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
-            // Like every allocation a constructor makes (the lock, the
-            // cache's `Arc`), a failure here is the global allocator's error.
-            locked: Region::try_new()
-                .unwrap_or_else(|| std::alloc::handle_alloc_error(Layout::new::<region::Cold>())),
-            shared: Mutex::new(Shared {
-                open: Vec::with_capacity(NESTED_CHECKPOINTS),
-                ..Shared::default()
-            }),
-            cache,
+            locked,
+            shared: Mutex::new(shared),
+            books: Books::new(cache),
             config,
-            id,
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed),
         }
     }
 
@@ -220,14 +237,14 @@ impl CachingAllocator {
     /// assert_eq!(temp.cache().idle_bytes(), 0);
     /// ```
     pub fn cache(&self) -> &Arc<BlockCache> {
-        &self.cache
+        &self.books.cache
     }
 
     /// The configuration this allocator was made with.
     ///
     /// ```
     /// let temp = tempalloc::CachingAllocator::new();
-    /// assert_eq!(temp.config().min_block_size, 64 << 10);
+    /// assert_eq!(temp.config().dedicated_threshold, None);
     /// ```
     pub fn config(&self) -> &CachingConfig {
         &self.config
@@ -248,26 +265,23 @@ impl CachingAllocator {
     /// ```
     pub fn release(&mut self) {
         self.reset();
-        self.each_region(|region, locked, _, loose| {
-            region.release(locked, loose);
-            Folded::default()
-        });
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        shared.loose.append(&mut shared.spare);
-        shared.give_back_loose(&self.cache);
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the locked region came from `Region::try_new` and lives
+        // until the allocator drops.
+        let locked = unsafe { self.locked.as_ref() };
+        for region in regions(&shared.regions).chain([locked]) {
+            // SAFETY: `&mut self`: no thread uses the region.
+            unsafe { region.release(&self.books) };
+        }
     }
 
     /// Gives back to the system the pages no scratch uses now, while every
     /// region keeps its address range: resident memory falls to what is live
     /// (nothing, right after a reset), and the next window commits pages
     /// again as it needs them: every region forgets the most it ever used,
-    /// so it grows to what its thread uses from now on. Idle spare memory
-    /// goes back to the cache. For
-    /// a memory warning between inferences, when the next inference should
-    /// still be cheap to start.
+    /// so it grows to what its thread uses from now on. For a memory warning
+    /// between inferences, when the next inference should still be cheap to
+    /// start. A page the system refuses to decommit stays counted as held.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
@@ -281,22 +295,13 @@ impl CachingAllocator {
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
     pub fn trim(&mut self) {
-        let cache = Arc::clone(&self.cache);
-        let (mut bytes, mut calls) = (0, 0);
-        self.each_region(|region, locked, _, _| {
-            let freed = region.trim(locked, &cache);
-            bytes += freed;
-            calls += u64::from(freed != 0);
-            Folded::default()
-        });
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        shared.totals.bytes_held -= bytes;
-        shared.totals.system_frees += calls;
-        shared.loose.append(&mut shared.spare);
-        shared.give_back_loose(&self.cache);
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the locked region lives until the allocator drops.
+        let locked = unsafe { self.locked.as_ref() };
+        for region in regions(&shared.regions).chain([locked]) {
+            // SAFETY: `&mut self`: no thread uses the region.
+            unsafe { region.trim(&self.books) };
+        }
     }
 
     /// Checks the canary after every allocation since the last reset, when
@@ -334,222 +339,78 @@ impl CachingAllocator {
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// How new memory is taken: reservations of the configured size (no
-    /// larger than the hard limit), or heap blocks.
-    fn chunk_options(&self, at_least: usize) -> ChunkOptions {
-        let reserve = self.config.reserve.map(|bytes| {
-            let bytes = match self.cache.max_bytes() {
-                Some(limit) => bytes.min(limit),
-                None => bytes,
-            };
-            bytes.max(at_least)
-        });
-        ChunkOptions {
-            block: self.config.block,
-            reserve,
-        }
+    /// A region of this allocator, for as long as the allocator.
+    fn region(&self, region: NonNull<Region>) -> &Region {
+        // SAFETY: the callers pass regions of this allocator (from its list,
+        // or remembered by a thread with this allocator's id), which live
+        // until it drops, and `&self` keeps it alive.
+        unsafe { region.as_ref() }
     }
 
-    /// Everything the fast path cannot serve: a thread's first request, a
-    /// request that does not fit, a dedicated request, every request with
-    /// the debug checks on.
+    /// The locked region.
+    fn locked(&self) -> &Region {
+        self.region(self.locked)
+    }
+
+    /// Everything the fast path cannot serve: a request that does not fit,
+    /// the first in a window, a dedicated request, every request with the
+    /// debug checks on.
     #[cold]
     #[inline(never)]
     fn allocate_slow(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        if let Some(region) = self.regions.get() {
-            // SAFETY: `Regions::get` returned the calling thread's own region.
-            if unsafe { region.unpark() } && layout.size() < self.dedicated_from {
-                // SAFETY: as above.
-                if let Some(ptr) = unsafe { region.bump(layout) } {
-                    return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
-                }
-            }
-        }
-        let mut shared = self.lock();
         if self.config.debug_checks {
-            return self.allocate_checked(&mut shared, layout);
+            return self.allocate_checked(&mut self.lock(), layout);
         }
         if layout.size() >= self.dedicated_from {
-            return self.allocate_dedicated(&mut shared, layout, 0);
+            return self.allocate_dedicated(&mut self.lock(), layout, 0);
         }
-        let Shared { claimed, token, .. } = &mut *shared;
-        let Some(region) = self.regions.claim(claimed, token) else {
-            if threads::exiting() {
-                // A thread-local destructor, after the thread's number went
-                // to the next thread: no region is this thread's any more,
-                // but a chunk of its own (freed at the reset) is.
-                if layout.size() == 0 {
-                    shared.totals.allocations += 1;
-                    return Ok(dangling(layout));
-                }
-                return self.allocate_dedicated(&mut shared, layout, 0);
-            }
-            return Err(Error::out_of_memory(layout));
+        let region = self.lease(layout)?;
+        // SAFETY: the calling thread leases `region`.
+        unsafe { self.bump_or_grow(region, layout, None) }
+    }
+
+    /// The calling thread's region for this window: the one it last leased
+    /// if that is free or still its own (lock-free), else, under the lock,
+    /// the FREE region that holds the most, or a new one.
+    fn lease(&self, layout: Layout) -> Result<&Region, Error> {
+        let me = lease::serial();
+        let region = match lease::last_of(self.id) {
+            Some(last) if self.region(last).lease(me) => last,
+            _ => lease::lease_any(&mut self.lock().regions, me)
+                .ok_or_else(|| Error::out_of_memory(layout))?,
         };
-        // SAFETY: `claim` returned the calling thread's own region. A thread
-        // that had no id before `claim` may have been given an exited
-        // thread's region, parked: it must be taken back before it grows,
-        // or another thread could take it over while this one bumps in it.
-        unsafe {
-            region.unpark();
-            self.bump_or_grow(&mut shared, region, layout)
-        }
+        lease::remember(self.window, self.id, region);
+        Ok(self.region(region))
     }
 
     /// Carves `layout` from `region`, growing it first if it is full.
     ///
     /// # Safety
     ///
-    /// As for [`Region::bump`]: `region` is the calling thread's own, or the
-    /// locked region (the caller holds the lock: it passes `shared`).
+    /// The caller leases `region`, or holds the lock (`shared`) for the
+    /// locked region.
     unsafe fn bump_or_grow(
         &self,
-        shared: &mut Shared,
         region: &Region,
         layout: Layout,
+        shared: Option<&mut Shared>,
     ) -> Result<NonNull<[u8]>, Error> {
-        // SAFETY: the caller's contract.
+        // SAFETY: the caller's contract, for every call below.
         if let Some(ptr) = unsafe { region.bump(layout) } {
             return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
         }
         if layout.size() == 0 {
-            // Nothing to carve (a region without a chunk): counted, served.
-            shared.totals.allocations += 1;
+            // A region without a chunk: nothing to carve, but a request.
+            region.count_empty();
             return Ok(dangling(layout));
         }
-        self.grow(shared, region, layout)?;
-        // SAFETY: the caller's contract.
+        // SAFETY: as above.
+        unsafe { self.grow(region, layout, shared)? };
+        // SAFETY: as above.
         match unsafe { region.bump(layout) } {
             Some(ptr) => Ok(NonNull::slice_from_raw_parts(ptr, layout.size())),
             None => Err(Error::out_of_memory(layout)),
         }
-    }
-
-    /// Makes room for `layout` in `region`: commits more of its reservation,
-    /// or moves it to a new chunk (a spare one, or one from the cache). Under
-    /// a limit, when the cache refuses and giving back the chunks parked in
-    /// other regions and the spares would make room, it gives them back and
-    /// tries again.
-    fn grow(&self, shared: &mut Shared, region: &Region, layout: Layout) -> Result<(), Error> {
-        match self.try_grow(shared, region, layout) {
-            Err(Error::BudgetExceeded { held, limit, .. })
-                if self.reclaim(shared, region, layout, limit.saturating_sub(held)) =>
-            {
-                self.try_grow(shared, region, layout)
-            }
-            grown => grown,
-        }
-    }
-
-    /// Gives back to the cache every chunk parked in another region and every
-    /// spare, if `room` plus them and the cache's idle bytes covers the least that
-    /// growing `region` for `layout` can cost; says whether it did. Never
-    /// for a request that cannot fit anyway: a kernel probing for a
-    /// workspace over the limit would strip the parked chunks each time.
-    #[cold]
-    fn reclaim(&self, shared: &mut Shared, region: &Region, layout: Layout, room: usize) -> bool {
-        let Shared {
-            token,
-            claimed,
-            totals,
-            spare,
-            ..
-        } = shared;
-        let in_place = match region.cold(token).chunk() {
-            Some(Chunk::Mapped(m)) => {
-                let end = end_in(m, region.cursor(), layout);
-                let pages = end.next_multiple_of(PAGE).saturating_sub(m.committed());
-                (end <= m.reserved()).then_some(pages)
-            }
-            _ => None,
-        };
-        // Else a new chunk: whole pages of a reservation, or a heap block of
-        // the request's size class, which is where a refused reservation
-        // falls back to. Reckoned as the block, the larger: a request this
-        // leaves out by less than 12.5% is refused, where reckoning it as
-        // pages could strip the parked chunks for nothing every window.
-        let need = chunk_need(layout);
-        let least = in_place.unwrap_or(size_class(need).unwrap_or(usize::MAX));
-        let others = || self.regions.others(claimed, region);
-        let parked: usize = others().map(|r| r.parked_bytes(token)).sum();
-        let spared: usize = spare.iter().map(Chunk::usable).sum();
-        let reclaimable = parked + spared;
-        // Idle chunks in the cache go before it refuses, but one it took and
-        // could not grow is idle again by now.
-        let free = room + self.cache.idle_bytes();
-        if reclaimable == 0 || free + reclaimable < least {
-            return false;
-        }
-        for chunk in others().filter_map(|r| r.steal(token, 0)) {
-            totals.give_back(&self.cache, chunk);
-        }
-        give_back_spares(&self.cache, totals, spare);
-        true
-    }
-
-    /// One attempt of [`grow`](Self::grow).
-    fn try_grow(&self, shared: &mut Shared, region: &Region, layout: Layout) -> Result<(), Error> {
-        let cursor = region.cursor();
-        let min = self.config.min_block_size;
-        let Shared {
-            token,
-            claimed,
-            totals,
-            spare,
-            ..
-        } = shared;
-        let cold = region.cold(token);
-        let peak = cold.peak();
-        if let Some(Chunk::Mapped(m)) = cold.chunk() {
-            let end = end_in(m, cursor, layout);
-            if end <= m.reserved() {
-                let before = m.committed();
-                let want = growth(before, end, min.max(peak));
-                self.cache
-                    .grow(m, end, want, self.chunk_options(0), layout)?;
-                totals.system_allocations += 1;
-                totals.bytes_held += m.committed() - before;
-                region.set_limit(m.committed());
-                return Ok(());
-            }
-        }
-        if region.idle(token) {
-            // Nothing in it: the region starts over instead of chaining a
-            // chunk twice as large to one it will not use (which the reset
-            // would keep). Its chunk goes back, and the next is sized to the
-            // request and the peak.
-            if let Some(chunk) = region.take_chunk(token) {
-                totals.give_back(&self.cache, chunk);
-            }
-        }
-        let cold = region.cold(token);
-        let need = chunk_need(layout);
-        // `usable_from`: the least a parked chunk must hold to be taken
-        // over. A region that starts its window without a chunk wants one
-        // that holds its peak: it would outgrow a smaller one, and the
-        // chunk's owner would then buy another, every window.
-        let (want, reserve, usable_from) = match cold.chunk() {
-            None => {
-                let want = growth(0, need, min.max(peak));
-                (want, peak, want)
-            }
-            // Outgrown: at least double, so a window chains few chunks.
-            Some(c) => (growth(c.usable(), need, 2 * c.usable()), 2 * c.capacity(), need),
-        };
-        let options = self.chunk_options(reserve.max(need));
-        // Room in the books first: a `Vec` that cannot grow aborts.
-        if !cold.reserve_retired() || spare.try_reserve(1).is_err() {
-            return Err(Error::out_of_memory(layout));
-        }
-        if spare.is_empty() {
-            // A region parked at the last reset, whose owner has not asked
-            // for it back: an exited thread's, or an idle one's.
-            let mut others = self.regions.others(claimed, region);
-            spare.extend(others.find_map(|r| r.steal(token, usable_from)));
-        }
-        let chunk = take_chunk(&self.cache, totals, spare, need, want, options, layout)?;
-        region.switch_to(region.cold(token), chunk, layout);
-        Ok(())
     }
 
     /// A chunk of its own for a request at or above the dedicated threshold,
@@ -565,17 +426,16 @@ impl CachingAllocator {
             .try_reserve(1)
             .map_err(|_| Error::out_of_memory(layout))?;
         // No overflow: `extra` is 0 or a canary the layout was checked to hold.
-        let need = chunk_need(layout) + extra;
+        let need = layout.size() + layout.align().saturating_sub(page_size()) + extra;
         // Exactly what it needs, so that giving it back frees it all.
         let options = ChunkOptions {
+            block: self.config.block,
             reserve: self.config.reserve.map(|_| need),
-            ..self.chunk_options(need)
         };
-        let taken = self.cache.take(need, need, options, layout)?;
-        let chunk = shared.totals.count(taken);
+        let chunk = self.books.take(need, need, options, layout)?;
         let pad = chunk.base().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
         // SAFETY: `pad < align`, and the chunk holds `size + extra + align -
-        // PAGE` usable bytes from a page-aligned start, so `pad + size +
+        // page` usable bytes from a page-aligned start, so `pad + size +
         // extra` fits.
         let ptr = unsafe { chunk.base().add(pad) };
         shared.dedicated.push((chunk, layout.size()));
@@ -589,11 +449,7 @@ impl CachingAllocator {
     /// after it from the locked region (or a dedicated chunk), and recorded.
     #[cold]
     #[inline(never)]
-    fn allocate_checked(
-        &self,
-        shared: &mut Shared,
-        layout: Layout,
-    ) -> Result<NonNull<[u8]>, Error> {
+    fn allocate_checked(&self, shared: &mut Shared, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         if layout.size() == 0 {
             // Nothing to overflow into: a dangling pointer, counted.
             shared.totals.allocations += 1;
@@ -604,209 +460,59 @@ impl CachingAllocator {
         let ptr = if layout.size() >= self.dedicated_from {
             self.allocate_dedicated(shared, layout, CANARY_LEN)?.cast()
         } else {
+            let locked = self.locked();
             // SAFETY: the locked region, and the caller holds the lock.
-            let carved = unsafe { self.bump_or_grow(shared, &self.locked, padded) };
+            let carved = unsafe { self.bump_or_grow(locked, padded, Some(shared)) };
             let ptr = carved.map_err(|e| e.for_request(layout))?.cast();
             // The region counted the canary as requested; the caller did not.
-            self.locked.uncount(CANARY_LEN);
+            locked.uncount(CANARY_LEN);
             ptr
         };
         shared.debug.record(ptr, layout.size());
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// Runs `f` on every region (the locked one last, when the debug checks
-    /// use it) with the lock's token and the list of loose chunks, and folds
-    /// what it returns into the totals. `keep` tells `f` whether a region
-    /// stays ready for its thread's next request (the calling thread's, and
-    /// the locked one) or is parked, so that its memory serves whichever
-    /// thread needs some next (see `Region::reset`).
-    ///
-    /// Returns the bytes that were live in the regions and dedicated chunks
-    /// just before, and notes them in the window's high-water mark: live
-    /// bytes peak right before a reset or rewind (between them they only
-    /// grow).
-    fn each_region(
-        &mut self,
-        mut f: impl FnMut(&Region, &mut Locked, bool, &mut Vec<Chunk>) -> Folded,
-    ) -> usize {
-        let CachingAllocator {
-            regions,
-            locked,
-            shared,
-            config,
-            ..
-        } = self;
-        let Shared {
-            token,
-            claimed,
-            totals,
-            loose,
-            dedicated_live,
-            window_high,
-            ..
-        } = shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let mine = regions.get().map(|r| r as *const Region);
-        let mut live = *dedicated_live;
-        for region in regions.iter(claimed) {
-            let keep = mine == Some(region as *const Region);
-            live += totals.fold(f(region, token, keep, loose));
-        }
-        if config.debug_checks {
-            // Only the debug checks carve from the locked region.
-            live += totals.fold(f(locked, token, true, loose));
-        }
-        *window_high = (*window_high).max(live);
-        live
-    }
-
-    /// `reset` with several regions, dedicated chunks or debug checks.
-    #[cold]
-    #[inline(never)]
-    fn reset_all(&mut self) {
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        if self.config.debug_checks {
-            // Before any chunk goes back: the memory is still ours to poison.
-            shared.recycle_canaries(0);
-        }
-        self.each_region(|region, locked, keep, loose| region.reset(locked, keep, loose));
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        while !shared.dedicated.is_empty() {
-            shared.free_last_dedicated(&self.cache);
-        }
-    }
-
-    /// Every region, the locked one included.
-    fn all_regions<'a>(&'a self, claimed: &'a Claimed) -> impl Iterator<Item = &'a Region> {
-        self.regions.iter(claimed).chain([&self.locked])
-    }
-}
-
-/// Where a request for `layout` at `cursor` in `m` would end, padding
-/// included.
-fn end_in(m: &Mapping, cursor: usize, layout: Layout) -> usize {
-    let pad = m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
-    // No overflow: `cursor + pad <= isize::MAX + align` and `Layout` keeps
-    // `size + align` within `isize::MAX`.
-    cursor + pad + layout.size()
-}
-
-/// A chunk that serves `need` bytes, about `want` usable: a spare one if one
-/// is large enough or can grow, else one from the cache.
-fn take_chunk(
-    cache: &BlockCache,
-    totals: &mut Totals,
-    spare: &mut Vec<Chunk>,
-    need: usize,
-    want: usize,
-    options: ChunkOptions,
-    request: Layout,
-) -> Result<Chunk, Error> {
-    let fits = |c: &Chunk| match c {
-        Chunk::Mapped(m) => options.reserve.is_some() && m.reserved() >= need,
-        Chunk::Heap(b) => b.size() >= need,
-    };
-    // The largest that fits: spares are few, and a larger one grows less.
-    if let Some(i) = (0..spare.len())
-        .filter(|&i| fits(&spare[i]))
-        .max_by_key(|&i| spare[i].usable())
-    {
-        let mut chunk = spare.swap_remove(i);
-        if let Chunk::Mapped(m) = &mut chunk {
-            let before = m.committed();
-            if before < need {
-                let mut grown = cache.grow(m, need, want, options, request);
-                if matches!(grown, Err(Error::BudgetExceeded { .. })) && !spare.is_empty() {
-                    // The other spares count against the limit too.
-                    give_back_spares(cache, totals, spare);
-                    grown = cache.grow(m, need, want, options, request);
-                }
-                if let Err(e) = grown {
-                    spare.push(chunk);
-                    return Err(e);
-                }
-                totals.system_allocations += 1;
-                totals.bytes_held += m.committed() - before;
+    /// Starts a new window: every thread's next request takes the slow path
+    /// once, to take its lease back. The calling thread keeps its region
+    /// (if it is free now, or still its own), so that its next request
+    /// takes the fast path. Only with `&mut self`.
+    fn new_window(&mut self) {
+        self.window = lease::next_window();
+        if let Some(last) = lease::last_of(self.id) {
+            let region = self.region(last);
+            let me = lease::serial();
+            if region.is_free() {
+                region.hand_to(me);
+            }
+            if region.lease(me) {
+                lease::remember(self.window, self.id, last);
             }
         }
-        return Ok(chunk);
-    }
-    match cache.take(need, want, options, request) {
-        Ok(taken) => Ok(totals.count(taken)),
-        // Spares count against the limit too: give them up and try again.
-        Err(Error::BudgetExceeded { .. }) if !spare.is_empty() => {
-            give_back_spares(cache, totals, spare);
-            cache
-                .take(need, want, options, request)
-                .map(|t| totals.count(t))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Gives every spare chunk back to the cache: they count against its limit.
-fn give_back_spares(cache: &BlockCache, totals: &mut Totals, spare: &mut Vec<Chunk>) {
-    for chunk in spare.drain(..) {
-        totals.give_back(cache, chunk);
-    }
-}
-
-/// What a new chunk for `layout` must hold: chunks start page-aligned, so
-/// `align - PAGE` bytes may go to padding.
-fn chunk_need(layout: Layout) -> usize {
-    layout.size() + layout.align().saturating_sub(PAGE)
-}
-
-impl Totals {
-    /// Gives `chunk` back to `cache`, counting the system frees that caused.
-    fn give_back(&mut self, cache: &BlockCache, chunk: Chunk) {
-        self.bytes_held -= chunk.usable();
-        self.system_frees += cache.give_back(chunk);
     }
 
-    /// Counts a chunk from the cache as held, and how it was had.
-    fn count(&mut self, taken: Taken) -> Chunk {
-        if taken.system_allocations == 0 {
-            self.cache_hits += 1;
-        } else {
-            self.cache_misses += 1;
-            self.system_allocations += taken.system_allocations;
-        }
-        self.bytes_held += taken.chunk.usable();
-        taken.chunk
-    }
-}
-
-impl Shared {
-    /// Gives every loose chunk back to `cache`.
-    fn give_back_loose(&mut self, cache: &BlockCache) {
-        while let Some(chunk) = self.loose.pop() {
-            self.totals.give_back(cache, chunk);
+    /// Decommits the largest regions (and gives back their heap blocks)
+    /// until the allocator holds at most `cap` bytes. After a reset.
+    #[cold]
+    #[inline(never)]
+    fn retain(&mut self, cap: usize) {
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the locked region lives until the allocator drops.
+        let locked = unsafe { self.locked.as_ref() };
+        for _ in 0..=shared.regions.len() {
+            if self.books.held.load(Relaxed) <= cap {
+                break;
+            }
+            let largest = regions(&shared.regions).chain([locked]).max_by_key(|r| r.held());
+            if let Some(region) = largest.filter(|r| r.held() != 0) {
+                // SAFETY: `&mut self`: no thread uses the region.
+                unsafe { region.shed(&self.books) };
+            }
         }
     }
-
-    /// Gives the newest dedicated chunk back.
-    fn free_last_dedicated(&mut self, cache: &BlockCache) {
-        if let Some((chunk, size)) = self.dedicated.pop() {
-            self.dedicated_live -= size;
-            self.totals.give_back(cache, chunk);
-        }
-    }
-
-    /// Checks and poisons the canaries from the `from`th on (debug checks).
-    fn recycle_canaries(&mut self, from: usize) {
-        self.totals.canary_violations += self.debug.recycle(from);
-    }
 }
 
-// SAFETY: each region's range is carved only by its owner thread (or, for
-// the locked region, under the lock), from chunks this allocator holds until
+// SAFETY: a region is bumped only by the thread that leases it (or, for the
+// locked region, under the lock), from chunks the region holds until
 // `reset`, `rewind`, `release`, `trim` (which frees only pages above every
 // cursor) or drop — all `&mut self` — so every pointer is disjoint from the
 // others, aligned (`Region::bump` pads to the alignment) and valid until
@@ -816,13 +522,12 @@ unsafe impl TempAllocator for CachingAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         // Every miss is a tail call to the slow path, so the fast path saves
         // no registers.
-        if let Some(region) = self.regions.cached() {
+        if let Some(region) = lease::leased(self.window) {
             if layout.size() < self.dedicated_from {
-                // SAFETY: `Regions::cached` returned the calling thread's own
-                // region. A thread id belongs to one live thread at a time;
-                // the thread that had it before (and its region) has exited,
-                // its writes ordered before ours by the id's hand-over.
-                if let Some(ptr) = unsafe { region.bump(layout) } {
+                // SAFETY: the calling thread leases the region it remembers
+                // under this window's token (see `lease::leased`); the region
+                // is this allocator's, alive while `&self` is.
+                if let Some(ptr) = unsafe { region.as_ref().bump(layout) } {
                     return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
                 }
             }
@@ -830,45 +535,33 @@ unsafe impl TempAllocator for CachingAllocator {
         self.allocate_slow(layout)
     }
 
-    #[inline]
     fn reset(&mut self) {
-        let debug_checks = self.config.debug_checks;
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !shared.spare.is_empty() {
-            // A region that outgrew its chunk may take a spare one that holds
-            // its peak; the rest go back. (`loose` is empty between calls:
-            // swapping moves no chunk and allocates nothing.)
-            debug_assert!(shared.loose.is_empty());
-            core::mem::swap(&mut shared.spare, &mut shared.loose);
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if self.config.debug_checks {
+            // Before any chunk goes back: the memory is still ours to poison.
+            shared.totals.canary_violations += shared.debug.recycle(0);
         }
-        match self.regions.only(&shared.claimed) {
-            // The usual case, kept short: one thread allocates.
-            Some(region) if !debug_checks && shared.dedicated.is_empty() => {
-                let keep = self
-                    .regions
-                    .cached()
-                    .is_some_and(|mine| ptr::eq(mine, region));
-                let folded = region.reset(&mut shared.token, keep, &mut shared.loose);
-                let live = shared.totals.fold(folded);
-                shared.window_high = shared.window_high.max(live);
-            }
-            _ => self.reset_all(),
+        let mut live = shared.dedicated_live;
+        // SAFETY: the locked region lives until the allocator drops.
+        let locked = unsafe { self.locked.as_ref() };
+        let debug = self.config.debug_checks.then_some(locked);
+        for region in regions(&shared.regions).chain(debug) {
+            // SAFETY: `&mut self`: no thread uses the region.
+            live += shared.totals.fold(unsafe { region.reset(&self.books) });
         }
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !shared.loose.is_empty() {
-            shared.give_back_loose(&self.cache);
+        while !shared.dedicated.is_empty() {
+            shared.free_last_dedicated(&self.books);
         }
         shared.open.clear();
+        shared.marks.clear();
         let totals = &mut shared.totals;
-        totals.last_window_high = core::mem::take(&mut shared.window_high);
+        totals.last_window_high = core::mem::take(&mut shared.window_high).max(live);
         totals.high_water = totals.high_water.max(totals.last_window_high);
         totals.resets += 1;
+        if let Some(cap) = self.config.retain {
+            self.retain(cap);
+        }
+        self.new_window();
     }
 
     fn stats(&self) -> Stats {
@@ -878,25 +571,36 @@ unsafe impl TempAllocator for CachingAllocator {
         // them in: what they hold is live, and requested.
         let (mut allocations, mut requested, mut live) =
             (t.allocations, t.bytes_requested, shared.dedicated_live);
-        for region in self.all_regions(&shared.claimed) {
+        for region in regions(&shared.regions).chain([self.locked()]) {
             allocations += region.count() as u64;
             requested += region.live() as u64;
             live += region.live();
         }
         let window = shared.window_high.max(live);
+        let books = &self.books;
         Stats {
             allocations,
             bytes_requested: requested,
             resets: t.resets,
-            system_allocations: t.system_allocations,
-            system_frees: t.system_frees,
-            bytes_held: t.bytes_held,
+            system_allocations: books.system_allocations.load(Relaxed),
+            system_frees: books.system_frees.load(Relaxed),
+            bytes_held: books.held.load(Relaxed),
             high_water: t.high_water.max(window),
             bytes_live: live,
             window_high_water: t.last_window_high.max(window),
-            cache_hits: t.cache_hits,
-            cache_misses: t.cache_misses,
+            cache_hits: books.hits.load(Relaxed),
+            cache_misses: books.misses.load(Relaxed),
             canary_violations: t.canary_violations,
+        }
+    }
+}
+
+impl Shared {
+    /// Gives the newest dedicated chunk back.
+    fn free_last_dedicated(&mut self, books: &Books) {
+        if let Some((chunk, size)) = self.dedicated.pop() {
+            self.dedicated_live -= size;
+            books.give_back(chunk);
         }
     }
 }
@@ -904,11 +608,14 @@ unsafe impl TempAllocator for CachingAllocator {
 impl Drop for CachingAllocator {
     fn drop(&mut self) {
         self.release();
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.regions.free(&mut shared.claimed);
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for region in shared.regions.drain(..).chain([self.locked]) {
+            // SAFETY: every region came from `Region::try_new` and is freed
+            // only here; `&mut self` means no reference to it is left (the
+            // threads remember only pointers, never used again: their window
+            // tokens can match no live allocator).
+            unsafe { Region::free(region) };
+        }
     }
 }
 

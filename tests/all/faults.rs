@@ -69,7 +69,7 @@ fn run_workload(temp: &mut CachingAllocator) -> Option<(usize, Call, Option<Erro
                 Ok(())
             }
             Rewound(size) => {
-                let cp = temp.checkpoint();
+                let cp = temp.checkpoint().unwrap();
                 let r = KernelContext::new(temp)
                     .allocate_temp(size, 64)
                     .map(|b| {
@@ -241,7 +241,7 @@ fn inject_every_failure(name: &str, config: CachingConfig, budget: usize) {
             assert_eq!(c.bytes_held, cache.idle_bytes(), "{name}, n = {n}");
             assert!(cache.idle_bytes() <= cache.idle_budget(), "{name}, n = {n}");
             drop(temp);
-            cache.trim(0);
+            cache.evict_idle(0);
             let c = cache.stats();
             assert_eq!((c.bytes_held, c.idle_bytes), (0, 0), "{name}, n = {n}: {c}");
         }

@@ -221,7 +221,7 @@ fn run(setup: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
                 m.bytes_requested += size as u64;
             }
             Op::Checkpoint { who } => {
-                let cp = temps[who].checkpoint();
+                let cp = temps[who].checkpoint().unwrap();
                 let m = &mut models[who];
                 m.checkpoints.push((cp, m.live.len()));
             }
@@ -269,7 +269,7 @@ fn run(setup: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Trim { target } => {
                 let frees = cache.stats().system_frees;
-                cache.trim(target);
+                cache.evict_idle(target);
                 trim_frees += cache.stats().system_frees - frees;
                 prop_assert!(cache.idle_bytes() <= target, "step {}", step);
             }
@@ -281,7 +281,7 @@ fn run(setup: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
     drop((a, b));
     prop_assert!(cache.idle_bytes() <= setup.budget);
     prop_assert_eq!(cache.stats().bytes_held, cache.idle_bytes());
-    cache.trim(0);
+    cache.evict_idle(0);
     let s = cache.stats();
     prop_assert_eq!((s.bytes_held, s.idle_bytes), (0, 0));
     Ok(())

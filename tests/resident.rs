@@ -1,0 +1,71 @@
+//! What the process keeps resident for a `CachingAllocator`, read from the
+//! system (`RssAnon` in `/proc/self/status`), not from the allocator's own
+//! books: at most 1.25x the most bytes live in one window, from the first
+//! window on, for a workload whose sizes change every window.
+//!
+//! A test binary of its own, so that no other test's memory is in the
+//! count, and one test in it, for the same reason. Linux only (elsewhere
+//! it has nothing to read); not under Miri, which has no resident set.
+
+#[cfg(all(target_os = "linux", not(miri)))]
+#[test]
+fn resident_memory_stays_within_a_quarter_of_the_window_from_the_first_on() {
+    use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+
+    /// Anonymous resident bytes of the process now.
+    fn rss_anon() -> usize {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+        let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib << 10
+    }
+
+    // Windows like decode steps: per-thread tiles and a dequant buffer that
+    // grow with the context, a sampler buffer, activations; every byte is
+    // written, as kernels do.
+    let windows: Vec<Vec<usize>> = (0..40usize)
+        .map(|step| {
+            let kv = 256 + 96 * step;
+            vec![
+                32_000 * 8,
+                kv * 128 * 4,
+                (kv.min(512) + 130) * 4 * 64,
+                4096,
+                8 * step + 8,
+            ]
+        })
+        .collect();
+    for (name, config) in [
+        ("mapped", CachingConfig::default()),
+        ("heap blocks", CachingConfig::default().reserve(None)),
+    ] {
+        let mut temp = CachingAllocator::with_config(config.debug_checks(false));
+        let base = rss_anon();
+        let (mut worst, mut peak) = (0.0f64, 0);
+        for (i, sizes) in windows.iter().enumerate() {
+            let ctx = KernelContext::new(&temp);
+            let mut live = 0;
+            for &size in sizes {
+                ctx.allocate_temp(size, 64)
+                    .unwrap()
+                    .fill(std::mem::MaybeUninit::new(0x5a));
+                live += size;
+            }
+            // Resident growth over what the process had before the
+            // allocator, against the most bytes live in one window so far
+            // (and a page of slack per buffer, for whole pages).
+            peak = peak.max(live);
+            let resident = rss_anon().saturating_sub(base);
+            let slack = sizes.len() * 4096;
+            let ratio = resident.saturating_sub(slack) as f64 / peak as f64;
+            worst = worst.max(ratio);
+            assert!(
+                ratio <= 1.25,
+                "{name}, window {i}: {resident} B resident for {peak} B live ({ratio:.3}x)"
+            );
+            temp.reset();
+        }
+        println!("{name}: worst resident/live {worst:.3}x");
+        drop(temp);
+    }
+}
