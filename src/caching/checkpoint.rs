@@ -2,10 +2,10 @@
 //! [`Checkpoint`], the marks it keeps of each region, and
 //! `checkpoint`/`rewind`.
 
-use core::ptr;
+use core::ptr::{self, NonNull};
 use std::sync::PoisonError;
 
-use super::region::Mark;
+use super::region::{FREE, Mark};
 use super::{CachingAllocator, Shared, regions};
 use crate::frame::run_frame;
 use crate::{Error, Frame, Rewind};
@@ -185,12 +185,14 @@ impl CachingAllocator {
         // SAFETY: the locked region lives until the allocator drops.
         let locked = unsafe { self.locked.as_ref() };
         let mut live = shared.dedicated_live;
+        let (mine, me) = super::lease::mine(self.id);
         for region in regions(&shared.regions).chain([locked]) {
             let mark = shared.marks[from..to]
                 .iter()
                 .find(|m| ptr::eq(m.region, region));
+            let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
             // SAFETY: `&mut self`: no thread uses the region.
-            live += shared.totals.fold(unsafe { region.rewind(mark) });
+            live += shared.totals.fold(unsafe { region.rewind(mark, next) });
         }
         shared.window_high = shared.window_high.max(live);
         shared.marks.truncate(from);
@@ -198,7 +200,9 @@ impl CachingAllocator {
         while shared.dedicated.len() > dedicated {
             shared.free_last_dedicated(&self.books);
         }
-        self.new_window();
+        // A region with a mark keeps its leaseholder, whoever that is.
+        let kept = mine.is_some_and(|m| self.region(m).lease(me));
+        self.new_window(mine, kept);
         Ok(())
     }
 }

@@ -35,6 +35,8 @@ struct Last {
     window: u64,
     /// The id of the allocator the region belongs to.
     allocator: u64,
+    /// Null while `allocator` is 0. A raw pointer, not `NonNull`: its niche
+    /// would cost the fast path a test of it.
     region: *const Region,
 }
 
@@ -48,11 +50,13 @@ thread_local! {
 }
 
 /// A new window token.
+#[inline]
 pub(super) fn next_window() -> u64 {
     NEXT_WINDOW.fetch_add(1, Relaxed)
 }
 
 /// The calling thread's serial.
+#[inline]
 pub(super) fn serial() -> u64 {
     let serial = SERIAL.get();
     if serial != 0 {
@@ -63,33 +67,42 @@ pub(super) fn serial() -> u64 {
     serial
 }
 
-/// The region the calling thread leases in window `window`: the fast
-/// path's lookup.
+/// The window token the calling thread last leased a region under, and
+/// the region: the fast path's lookup.
 ///
-/// The region belongs to the allocator whose current window is `window`
-/// (tokens are never reused, and only [`remember`] stores one, with a region
-/// of the allocator that issued it), and the thread holds its lease: leases
-/// change hands only at a reset or rewind, which starts a new token.
+/// If the token is an allocator's current window, the region belongs to that
+/// allocator (tokens are never reused, and only [`remember`] stores one,
+/// with a region of the allocator that issued it), and the thread holds its
+/// lease: leases change hands only at a reset or rewind, which starts a new
+/// token.
 #[inline(always)]
-pub(super) fn leased(window: u64) -> Option<NonNull<Region>> {
+pub(super) fn leased() -> (u64, *const Region) {
     let last = LAST.get();
-    if last.window != window {
+    (last.window, last.region)
+}
+
+/// The region the calling thread last leased from the allocator with id
+/// `allocator`, in any window: where its slow path looks first.
+#[inline]
+pub(super) fn last_of(allocator: u64) -> Option<NonNull<Region>> {
+    let last = LAST.get();
+    if last.allocator != allocator {
         return None;
     }
     NonNull::new(last.region.cast_mut())
 }
 
 /// The region the calling thread last leased from the allocator with id
-/// `allocator`, in any window: where its slow path looks first.
-pub(super) fn last_of(allocator: u64) -> Option<NonNull<Region>> {
-    let last = LAST.get();
-    (last.allocator == allocator)
-        .then(|| NonNull::new(last.region.cast_mut()))
-        .flatten()
+/// `allocator`, and the thread's serial: at a reset or rewind it keeps that
+/// region (when it frees it), so that its next request takes the fast path.
+#[inline]
+pub(super) fn mine(allocator: u64) -> (Option<NonNull<Region>>, u64) {
+    (last_of(allocator), serial())
 }
 
 /// Remembers that the calling thread leases `region`, of the allocator
 /// with id `allocator`, in window `window`.
+#[inline]
 pub(super) fn remember(window: u64, allocator: u64, region: NonNull<Region>) {
     LAST.set(Last {
         window,

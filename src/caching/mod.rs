@@ -32,7 +32,7 @@ pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
 use grow::Books;
-use region::{Folded, Mark, Region};
+use region::{FREE, Folded, Mark, Region};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
@@ -473,21 +473,43 @@ impl CachingAllocator {
     }
 
     /// Starts a new window: every thread's next request takes the slow path
-    /// once, to take its lease back. The calling thread keeps its region
-    /// (if it is free now, or still its own), so that its next request
-    /// takes the fast path. Only with `&mut self`.
-    fn new_window(&mut self) {
+    /// once, to take its lease back, but the calling thread keeps `mine`,
+    /// which the reset or rewind leased to it (`kept`). Only with `&mut self`.
+    #[inline]
+    fn new_window(&mut self, mine: Option<NonNull<Region>>, kept: bool) {
         self.window = lease::next_window();
-        if let Some(last) = lease::last_of(self.id) {
-            let region = self.region(last);
-            let me = lease::serial();
-            if region.is_free() {
-                region.hand_to(me);
-            }
-            if region.lease(me) {
-                lease::remember(self.window, self.id, last);
-            }
+        if let (Some(mine), true) = (mine, kept) {
+            lease::remember(self.window, self.id, mine);
         }
+    }
+
+    /// `reset` with the debug checks, a retain cap or dedicated chunks.
+    #[cold]
+    #[inline(never)]
+    fn reset_all(&mut self) {
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if self.config.debug_checks {
+            // Before any chunk goes back: the memory is still ours to poison.
+            shared.totals.canary_violations += shared.debug.recycle(0);
+        }
+        let mut live = shared.dedicated_live;
+        // SAFETY: the locked region lives until the allocator drops.
+        let locked = unsafe { self.locked.as_ref() };
+        let debug = self.config.debug_checks.then_some(locked);
+        let (mine, me) = lease::mine(self.id);
+        for region in regions(&shared.regions).chain(debug) {
+            let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
+            // SAFETY: `&mut self`: no thread uses the region.
+            live += shared.totals.fold(unsafe { region.reset(&self.books, next) });
+        }
+        while !shared.dedicated.is_empty() {
+            shared.free_last_dedicated(&self.books);
+        }
+        shared.end_window(live);
+        if let Some(cap) = self.config.retain {
+            self.retain(cap);
+        }
+        self.new_window(mine, true);
     }
 
     /// Decommits the largest regions (and gives back their heap blocks)
@@ -522,46 +544,34 @@ unsafe impl TempAllocator for CachingAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         // Every miss is a tail call to the slow path, so the fast path saves
         // no registers.
-        if let Some(region) = lease::leased(self.window) {
-            if layout.size() < self.dedicated_from {
-                // SAFETY: the calling thread leases the region it remembers
-                // under this window's token (see `lease::leased`); the region
-                // is this allocator's, alive while `&self` is.
-                if let Some(ptr) = unsafe { region.as_ref().bump(layout) } {
-                    return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
-                }
+        let (window, region) = lease::leased();
+        if window == self.window && layout.size() < self.dedicated_from {
+            // SAFETY: the calling thread leases the region it remembers under
+            // this window's token (see `lease::leased`); the region is this
+            // allocator's, alive while `&self` is.
+            if let Some(ptr) = unsafe { (*region).bump(layout) } {
+                return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
             }
         }
         self.allocate_slow(layout)
     }
 
+    #[inline]
     fn reset(&mut self) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if self.config.debug_checks {
-            // Before any chunk goes back: the memory is still ours to poison.
-            shared.totals.canary_violations += shared.debug.recycle(0);
+        if self.config.debug_checks | self.config.retain.is_some() | !shared.dedicated.is_empty() {
+            return self.reset_all();
         }
-        let mut live = shared.dedicated_live;
-        // SAFETY: the locked region lives until the allocator drops.
-        let locked = unsafe { self.locked.as_ref() };
-        let debug = self.config.debug_checks.then_some(locked);
-        for region in regions(&shared.regions).chain(debug) {
+        // The usual case, kept short.
+        let (mine, me) = lease::mine(self.id);
+        let mut live = 0;
+        for region in regions(&shared.regions) {
+            let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
             // SAFETY: `&mut self`: no thread uses the region.
-            live += shared.totals.fold(unsafe { region.reset(&self.books) });
+            live += shared.totals.fold(unsafe { region.reset(&self.books, next) });
         }
-        while !shared.dedicated.is_empty() {
-            shared.free_last_dedicated(&self.books);
-        }
-        shared.open.clear();
-        shared.marks.clear();
-        let totals = &mut shared.totals;
-        totals.last_window_high = core::mem::take(&mut shared.window_high).max(live);
-        totals.high_water = totals.high_water.max(totals.last_window_high);
-        totals.resets += 1;
-        if let Some(cap) = self.config.retain {
-            self.retain(cap);
-        }
-        self.new_window();
+        shared.end_window(live);
+        self.new_window(mine, true);
     }
 
     fn stats(&self) -> Stats {
@@ -596,6 +606,17 @@ unsafe impl TempAllocator for CachingAllocator {
 }
 
 impl Shared {
+    /// Closes the window at a reset, with `live` bytes live just before.
+    #[inline]
+    fn end_window(&mut self, live: usize) {
+        self.open.clear();
+        self.marks.clear();
+        let totals = &mut self.totals;
+        totals.last_window_high = core::mem::take(&mut self.window_high).max(live);
+        totals.high_water = totals.high_water.max(totals.last_window_high);
+        totals.resets += 1;
+    }
+
     /// Gives the newest dedicated chunk back.
     fn free_last_dedicated(&mut self, books: &Books) {
         if let Some((chunk, size)) = self.dedicated.pop() {

@@ -192,14 +192,9 @@ impl Region {
 
     /// Frees the lease. By a caller with `&mut` to the allocator, or by the
     /// holder of a lease it took under the lock to reclaim the region.
+    #[inline]
     pub(super) fn unlease(&self) {
         self.owner.store(FREE, Release);
-    }
-
-    /// Leases the region to `me` whoever held it. Only with `&mut` to the
-    /// allocator (no thread is using the region).
-    pub(super) fn hand_to(&self, me: u64) {
-        self.owner.store(me, Relaxed);
     }
 
     /// Whether nobody leases the region.
@@ -271,33 +266,40 @@ impl Region {
     }
 
     /// Ends the window: back to the start of one chunk that holds the peak
-    /// (the others go back to the cache), and FREE.
+    /// (the others go back to the cache), and leased to `next` ([`FREE`],
+    /// or the resetting thread for its own region).
     ///
     /// # Safety
     ///
     /// `&mut` to the allocator: no thread uses the region.
     #[inline]
-    pub(super) unsafe fn reset(&self, books: &Books) -> Folded {
+    pub(super) unsafe fn reset(&self, books: &Books, next: u64) -> Folded {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
         let folded = hot.fold(cold, 0);
-        match cold.chunks.as_slice() {
-            // The usual case: one chunk that holds the window, back to its start.
-            [] => {}
-            [only] if only.capacity() >= cold.peak => hot.cursor.store(0, Relaxed),
+        match cold.chunks.len() {
+            // The usual case: one chunk, back to its start. It holds the
+            // peak: a region with one chunk never used more than it holds,
+            // and a region that settled kept (or takes next) one that does.
+            0 => {}
+            1 => {
+                debug_assert!(cold.chunks[0].capacity() >= cold.peak);
+                hot.cursor.store(0, Relaxed);
+            }
             _ => settle(hot, cold, books),
         }
-        self.unlease();
+        self.owner.store(next, Release);
         folded
     }
 
-    /// Goes back to `mark` (to the start if `None`, and then FREE). Chunks
-    /// taken since stay, for the region's next growth this window.
+    /// Goes back to `mark` (to the start if `None`, and then leased to
+    /// `next`, as at a reset). Chunks taken since stay, for the region's next
+    /// growth this window.
     ///
     /// # Safety
     ///
     /// `&mut` to the allocator: no thread uses the region.
-    pub(super) unsafe fn rewind(&self, mark: Option<&Mark>) -> Folded {
+    pub(super) unsafe fn rewind(&self, mark: Option<&Mark>, next: u64) -> Folded {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
         let (chunk, cursor, before, live) = mark.map_or((0, 0, 0, 0), |m| {
@@ -311,7 +313,7 @@ impl Region {
         let folded = hot.fold(cold, live.min(hot.live.load(Relaxed)));
         hot.install(cold.chunks.get(chunk), chunk, cursor, before);
         if mark.is_none() {
-            self.unlease();
+            self.owner.store(next, Release);
         }
         folded
     }
