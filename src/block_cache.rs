@@ -56,6 +56,8 @@ pub struct BlockCache {
     system_frees: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
+    reservations: AtomicU64,
+    heap_blocks: AtomicU64,
     /// System allocations left before an injected failure (0: none armed).
     fail_countdown: AtomicU64,
 }
@@ -83,19 +85,28 @@ pub struct CacheStats {
     pub hits: u64,
     /// Requests that needed new memory from the system.
     pub misses: u64,
+    /// Address ranges reserved, to grow in place.
+    pub reservations: u64,
+    /// Heap blocks taken: where nothing could be reserved (or asked for,
+    /// with [`CachingConfig::reserve(None)`](crate::CachingConfig::reserve())),
+    /// or the system refused to commit a reservation.
+    pub heap_blocks: u64,
 }
 
 impl fmt::Display for CacheStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} B held ({} B idle), {} system allocations, {} system frees, {} hits, {} misses",
+            "{} B held ({} B idle), {} system allocations, {} system frees, {} hits, {} misses, \
+             {} reservations, {} heap blocks",
             self.bytes_held,
             self.idle_bytes,
             self.system_allocations,
             self.system_frees,
             self.hits,
             self.misses,
+            self.reservations,
+            self.heap_blocks,
         )
     }
 }
@@ -149,6 +160,8 @@ impl BlockCache {
             system_frees: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            reservations: AtomicU64::new(0),
+            heap_blocks: AtomicU64::new(0),
             fail_countdown: AtomicU64::new(0),
         }
     }
@@ -194,6 +207,8 @@ impl BlockCache {
             system_frees: self.system_frees.load(Relaxed),
             hits: self.hits.load(Relaxed),
             misses: self.misses.load(Relaxed),
+            reservations: self.reservations.load(Relaxed),
+            heap_blocks: self.heap_blocks.load(Relaxed),
         }
     }
 
@@ -378,6 +393,7 @@ impl BlockCache {
             .reserve
             .and_then(|bytes| Mapping::reserve(bytes, at_least, options.block.huge_pages));
         if let Some(mut m) = reserved {
+            self.reservations.fetch_add(1, Relaxed);
             match self.commit(&mut m, need, want, options.block.prefault, request)? {
                 Some(_) => {
                     return Ok(Taken {
@@ -406,6 +422,7 @@ impl BlockCache {
             return Err(oom);
         };
         self.system_allocations.fetch_add(1, Relaxed);
+        self.heap_blocks.fetch_add(1, Relaxed);
         Ok(Taken {
             chunk: Chunk::Heap(block),
             system_allocations: 1,
