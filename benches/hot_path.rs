@@ -91,41 +91,74 @@ const PER_THREAD: usize = 64 * 1024;
 /// and only the ratio to private arenas at the same count means anything.
 const THREADS: [usize; 6] = [1, 2, 8, 16, 32, 64];
 
+/// How the threads of the scaling benchmark come and go.
+#[derive(Clone, Copy, PartialEq)]
+enum Pool {
+    /// The same threads every round (a runtime's worker pool).
+    Persistent,
+    /// New threads every round (`thread::scope` per kernel).
+    Fresh,
+}
+
 /// Time for `threads` threads to make `PER_THREAD` requests each per round,
 /// `rounds` times (after one untimed warm-up round), with a reset between
-/// rounds: from one shared
-/// `CachingAllocator` (`shared`), or each from a private `bumpalo::Bump`
-/// (the ideal: nothing shared at all, so it shows what the machine's cores
-/// give). The threads live across rounds (a barrier starts each one) so that
-/// spawning is not measured; the work per thread is fixed, so perfect scaling
-/// keeps the time flat as threads are added.
-fn run_threads(threads: usize, rounds: u64, shared: bool) -> Duration {
+/// rounds: from one shared `CachingAllocator` (`shared`), or each from a
+/// private `bumpalo::Bump` (the ideal: nothing shared at all, so it shows what
+/// the machine's cores give). Persistent threads live across rounds (a
+/// barrier starts each one), so spawning is not measured; fresh threads are
+/// spawned every round, by both, and take over a warm arena (a private
+/// `Bump` each, handed over; or the regions the last round's threads left).
+/// The work per thread is fixed, so perfect scaling keeps the time flat as
+/// threads are added.
+fn run_threads(threads: usize, rounds: u64, shared: bool, pool: Pool) -> Duration {
     let layout = Layout::from_size_align(64, 64).unwrap();
+    let work = |temp: &CachingAllocator, bump: &mut bumpalo::Bump| {
+        if shared {
+            for _ in 0..PER_THREAD {
+                black_box(temp.allocate(black_box(layout)).unwrap());
+            }
+        } else {
+            for _ in 0..PER_THREAD {
+                black_box(bump.alloc_layout(black_box(layout)));
+            }
+            bump.reset();
+        }
+    };
+    // Sized for a whole round, so a `Bump` never takes a chunk after the first.
+    let arena = || bumpalo::Bump::with_capacity(PER_THREAD * 64 + 4096);
+    let mut temp = CachingAllocator::new();
+    if pool == Pool::Fresh {
+        let mut arenas: Vec<_> = (0..threads).map(|_| arena()).collect();
+        let mut elapsed = Duration::ZERO;
+        // One untimed round first: memory is taken there, as in any
+        // warmed-up runtime.
+        for round in 0..=rounds {
+            let start = Instant::now();
+            std::thread::scope(|s| {
+                for bump in &mut arenas {
+                    let temp = &temp;
+                    s.spawn(move || work(temp, bump));
+                }
+            });
+            if round > 0 {
+                elapsed += start.elapsed();
+            }
+            temp.reset();
+        }
+        return elapsed;
+    }
     // Threads allocate under the read lock, the reset takes the write lock:
     // one uncontended lock operation per thread per round, not per request.
-    let temp = RwLock::new(CachingAllocator::new());
+    let temp = RwLock::new(temp);
     let start_round = Barrier::new(threads + 1);
     let end_round = Barrier::new(threads + 1);
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
-                // Sized for a whole round, so it never takes a chunk after the first.
-                let mut bump = bumpalo::Bump::with_capacity(PER_THREAD * 64 + 4096);
-                // One untimed round first: the allocator takes its blocks
-                // (and bumpalo its chunk) there, as in any warmed-up runtime.
+                let mut bump = arena();
                 for _ in 0..=rounds {
                     start_round.wait();
-                    if shared {
-                        let temp = temp.read().unwrap();
-                        for _ in 0..PER_THREAD {
-                            black_box(temp.allocate(black_box(layout)).unwrap());
-                        }
-                    } else {
-                        for _ in 0..PER_THREAD {
-                            black_box(bump.alloc_layout(black_box(layout)));
-                        }
-                        bump.reset();
-                    }
+                    work(&temp.read().unwrap(), &mut bump);
                     end_round.wait();
                 }
             });
@@ -146,13 +179,80 @@ fn run_threads(threads: usize, rounds: u64, shared: bool) -> Duration {
 
 fn threads(c: &mut Criterion) {
     let mut group = c.benchmark_group("threads");
-    for threads in THREADS {
-        group.throughput(Throughput::Elements((threads * PER_THREAD) as u64));
-        group.bench_function(format!("caching_shared_{threads}"), |b| {
-            b.iter_custom(|rounds| run_threads(threads, rounds, true))
+    for (pool, name) in [(Pool::Persistent, "persistent"), (Pool::Fresh, "fresh")] {
+        for threads in THREADS {
+            group.throughput(Throughput::Elements((threads * PER_THREAD) as u64));
+            group.bench_function(format!("{name}_caching_shared_{threads}"), |b| {
+                b.iter_custom(|rounds| run_threads(threads, rounds, true, pool))
+            });
+            group.bench_function(format!("{name}_bumpalo_private_{threads}"), |b| {
+                b.iter_custom(|rounds| run_threads(threads, rounds, false, pool))
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Thread counts of the cold first inference.
+const COLD_THREADS: [usize; 3] = [1, 2, 8];
+
+/// One thread's first window: requests growing from 1 KiB to 256 KiB (about
+/// 4 MiB in all), every byte written, as a kernel writes its scratch.
+fn first_window(mut take: impl FnMut(Layout) -> *mut u8) {
+    for i in 0..64usize {
+        let size = 1024 << (i % 9);
+        let p = take(Layout::from_size_align(size, 64).unwrap());
+        // SAFETY: `take` handed out `size` writable bytes.
+        unsafe { p.write_bytes(i as u8, size) };
+        black_box(p);
+    }
+}
+
+/// Time for `threads` persistent threads to run their first window `rounds`
+/// times, each round in a fresh `CachingAllocator` (`shared`) or a fresh
+/// private `bumpalo::Bump` per thread: the cold first inference, page faults
+/// included. Making and dropping the allocators is not timed.
+fn run_cold(threads: usize, rounds: u64, shared: bool) -> Duration {
+    let temp = RwLock::new(CachingAllocator::new());
+    let start_round = Barrier::new(threads + 1);
+    let end_round = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..rounds {
+                    let bump = bumpalo::Bump::new();
+                    start_round.wait();
+                    if shared {
+                        let temp = temp.read().unwrap();
+                        first_window(|l| temp.allocate(l).unwrap().cast().as_ptr());
+                    } else {
+                        first_window(|l| bump.alloc_layout(l).as_ptr());
+                    }
+                    end_round.wait();
+                    drop(bump);
+                }
+            });
+        }
+        let mut elapsed = Duration::ZERO;
+        for _ in 0..rounds {
+            *temp.write().unwrap() = CachingAllocator::new();
+            let start = Instant::now();
+            start_round.wait();
+            end_round.wait();
+            elapsed += start.elapsed();
+        }
+        elapsed
+    })
+}
+
+fn cold(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cold");
+    for threads in COLD_THREADS {
+        group.bench_function(format!("caching_first_window_{threads}"), |b| {
+            b.iter_custom(|rounds| run_cold(threads, rounds, true))
         });
-        group.bench_function(format!("bumpalo_private_{threads}"), |b| {
-            b.iter_custom(|rounds| run_threads(threads, rounds, false))
+        group.bench_function(format!("bumpalo_first_window_{threads}"), |b| {
+            b.iter_custom(|rounds| run_cold(threads, rounds, false))
         });
     }
     group.finish();
@@ -193,15 +293,44 @@ fn print_ratios() {
     );
     // The private arenas share nothing: at every count, they are what the
     // machine allows, so the ratio is what sharing one allocator costs.
-    for threads in THREADS {
-        let shared = get("threads", &format!("caching_shared_{threads}"));
-        let private = get("threads", &format!("bumpalo_private_{threads}"));
+    for pool in ["persistent", "fresh"] {
+        let mut ratios = Vec::new();
+        for threads in THREADS {
+            let shared = get("threads", &format!("{pool}_caching_shared_{threads}"));
+            let private = get("threads", &format!("{pool}_bumpalo_private_{threads}"));
+            ratios.push(shared / private);
+            println!(
+                "threads ({pool}): {threads:>2}, one shared CachingAllocator / private bumpalo arenas = {:.2}x  ({:.2} vs {:.2} ns per request)",
+                shared / private,
+                shared / (threads * PER_THREAD) as f64,
+                private / (threads * PER_THREAD) as f64,
+            );
+        }
         println!(
-            "threads: {threads:>2}, one shared CachingAllocator / private bumpalo arenas = {:.2}x  [<= 1.25x]  ({:.2} vs {:.2} ns per request)",
-            shared / private,
-            shared / (threads * PER_THREAD) as f64,
-            private / (threads * PER_THREAD) as f64,
+            "threads ({pool}): median over the counts = {:.2}x  [<= 1.25x]",
+            median(&mut ratios)
         );
+    }
+    for threads in COLD_THREADS {
+        let caching = get("cold", &format!("caching_first_window_{threads}"));
+        let bump = get("cold", &format!("bumpalo_first_window_{threads}"));
+        println!(
+            "cold first window: {threads} threads, a fresh CachingAllocator / fresh bumpalo arenas = {:.2}x  [<= 1.25x]  ({:.0} vs {:.0} us)",
+            caching / bump,
+            caching / 1e3,
+            bump / 1e3,
+        );
+    }
+}
+
+/// The median of `values` (NaN-safe enough for ratios of medians).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
     }
 }
 
@@ -213,6 +342,7 @@ fn main() {
     hot_path(&mut c);
     reset(&mut c);
     threads(&mut c);
+    cold(&mut c);
     c.final_summary();
     print_ratios();
 }
