@@ -6,9 +6,9 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::Error;
-use crate::block::{Block, BlockOptions, PAGE, size_class};
+use crate::block::{Block, BlockOptions, size_class};
 use crate::chunk::Chunk;
-use crate::os::Mapping;
+use crate::os::{Mapping, page_size};
 
 /// The memory behind [`CachingAllocator`](crate::CachingAllocator)s, shared
 /// (through `Arc`) by many of them — one per session or model — so memory one
@@ -254,7 +254,7 @@ impl BlockCache {
         let oom = Error::out_of_memory(request);
         let reserved = options
             .reserve
-            .and_then(|bytes| Mapping::reserve(bytes.max(need), options.block.huge_pages));
+            .and_then(|bytes| Mapping::reserve(bytes.max(need), need, options.block.huge_pages));
         let chunk = match reserved {
             Some(mut m) => {
                 self.commit(&mut state, &mut m, need, want, options, request)?;
@@ -305,7 +305,7 @@ impl BlockCache {
         let oom = Error::out_of_memory(request);
         let round = |bytes: usize| {
             bytes
-                .checked_next_multiple_of(PAGE)
+                .checked_next_multiple_of(page_size())
                 .map(|b| b.min(mapping.reserved()))
         };
         let need = round(need).ok_or(oom)?;
@@ -315,7 +315,7 @@ impl BlockCache {
             return Ok(());
         }
         let to = now + self.fit(state, need - now, want - now, request)?;
-        if state.injected_failure(oom).is_err() || !mapping.commit(to, options.block.prefault) {
+        if state.injected_failure(oom).is_err() || mapping.commit(to, options.block.prefault).is_err() {
             state.stats.bytes_held -= to - now;
             return Err(oom);
         }
@@ -343,7 +343,8 @@ impl BlockCache {
             state.evict_to(state.stats.idle_bytes.saturating_sub(over));
         }
         let held = state.stats.bytes_held;
-        let room = limit.saturating_sub(held) / PAGE * PAGE;
+        let page = page_size();
+        let room = limit.saturating_sub(held) / page * page;
         if need > room {
             return Err(Error::BudgetExceeded {
                 requested: request.size(),
@@ -356,14 +357,15 @@ impl BlockCache {
         Ok(charged)
     }
 
-    /// Gives the pages of `mapping` from `to` bytes on back to the system.
+    /// Gives the pages of `mapping` from `to` bytes on back to the system;
+    /// the books change only if the system did so.
     pub(crate) fn decommit(&self, mapping: &mut Mapping, to: usize) {
-        let to = to.next_multiple_of(PAGE);
-        if to < mapping.committed() {
+        let to = to.next_multiple_of(page_size());
+        let before = mapping.committed();
+        if to < before && mapping.decommit(to).is_ok() {
             let mut state = self.state();
-            state.stats.bytes_held -= mapping.committed() - to;
+            state.stats.bytes_held -= before - to;
             state.stats.system_frees += 1;
-            mapping.decommit(to);
         }
     }
 
@@ -382,7 +384,7 @@ impl CacheState {
     /// regions grow in place, the largest reservation that can grow to `need`.
     fn take_idle(&mut self, need: usize, want: usize, options: ChunkOptions) -> Option<Chunk> {
         let class = size_class(want.max(need))?;
-        let huge = options.block.huge_pages && class >= crate::block::HUGE_PAGE;
+        let huge = options.block.align(class) > page_size();
         let fits = |c: &Chunk| match c {
             Chunk::Heap(b) => {
                 b.size() >= need && b.size() <= class + class / 4 && b.is_huge() == huge

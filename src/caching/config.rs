@@ -2,15 +2,10 @@
 
 use crate::block::BlockOptions;
 
-/// Address space each region reserves by default: plenty on 64-bit targets
-/// (reserving costs no memory), and little enough on 32-bit ones that a few
-/// threads leave room for everything else. A region that needs more moves to
-/// a larger reservation.
-const DEFAULT_RESERVE: usize = if usize::BITS >= 64 {
-    64 << 30
-} else {
-    64 << 20
-};
+/// Address space each region reserves by default: sized per platform so that
+/// 64 threads fit (README, "Platforms"; src/os.rs). A region that needs more
+/// moves to a larger reservation.
+const DEFAULT_RESERVE: usize = crate::os::REGION_RESERVE;
 
 /// How a [`CachingAllocator`](crate::CachingAllocator) sizes, limits and
 /// prepares its memory. Start from `CachingConfig::default()` and change
@@ -47,7 +42,7 @@ pub struct CachingConfig {
 
 impl Default for CachingConfig {
     /// 64 KiB first commits, no dedicated chunks, nothing kept idle, no hard
-    /// limit, 64 GiB reservations (64 MiB on 32-bit targets), no prefault,
+    /// limit, reservations of the platform's size (README, "Platforms"), no prefault,
     /// no huge pages; debug checks in debug builds only.
     fn default() -> Self {
         CachingConfig {
@@ -136,7 +131,8 @@ impl CachingConfig {
     /// Address space each region reserves (no more than `max_bytes`), so it
     /// can grow in place by committing pages; reserving costs no memory.
     /// `None` uses heap blocks instead, which is also what happens where
-    /// nothing can be reserved (Miri, `ulimit -v`, systems other than Unix):
+    /// nothing can be reserved (Miri, `ulimit -v`, wasm, systems other than
+    /// Unix and Windows):
     /// a region then moves to a block sized to its peak at the reset after
     /// it outgrows one.
     ///
@@ -172,9 +168,11 @@ impl CachingConfig {
         self.block.prefault
     }
 
-    /// Align reservations (and blocks of 2 MiB and more) to 2 MiB and ask
-    /// Linux for transparent huge pages on them (`madvise(MADV_HUGEPAGE)`):
-    /// fewer TLB misses for large tiles. A no-op on other systems.
+    /// Align reservations (and blocks of a huge page and more) to the
+    /// transparent huge page size (2 MiB at 4 KiB pages, read from
+    /// `/sys/kernel/mm/transparent_hugepage/hpage_pmd_size`) and ask Linux and
+    /// Android for huge pages on them (`madvise(MADV_HUGEPAGE)`): fewer TLB
+    /// misses for large tiles. A no-op where THP is off and on other systems.
     ///
     /// ```
     /// assert!(tempalloc::CachingConfig::default().huge_pages(true).uses_huge_pages());

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub use checkpoint::Checkpoint;
 pub use config::CachingConfig;
 
-use crate::block::{PAGE, size_class};
+use crate::block::size_class;
 use crate::block_cache::{BlockCache, ChunkOptions, Taken};
 use crate::chunk::Chunk;
-use crate::os::Mapping;
+use crate::os::{Mapping, page_size};
 use crate::temp::dangling;
 use crate::{Error, Stats, TempAllocator};
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
@@ -458,7 +458,7 @@ impl CachingAllocator {
         let in_place = match region.cold(token).chunk() {
             Some(Chunk::Mapped(m)) => {
                 let end = end_in(m, region.cursor(), layout);
-                let pages = end.next_multiple_of(PAGE).saturating_sub(m.committed());
+                let pages = end.next_multiple_of(page_size()).saturating_sub(m.committed());
                 (end <= m.reserved()).then_some(pages)
             }
             _ => None,
@@ -760,7 +760,7 @@ fn give_back_spares(cache: &BlockCache, totals: &mut Totals, spare: &mut Vec<Chu
 /// What a new chunk for `layout` must hold: chunks start page-aligned, so
 /// `align - PAGE` bytes may go to padding.
 fn chunk_need(layout: Layout) -> usize {
-    layout.size() + layout.align().saturating_sub(PAGE)
+    layout.size() + layout.align().saturating_sub(page_size())
 }
 
 impl Totals {

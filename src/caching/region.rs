@@ -11,7 +11,8 @@ use std::sync::atomic::{
 
 use super::Locked;
 use super::checkpoint::{Mark, NESTED_CHECKPOINTS};
-use crate::block::{PAGE, size_class};
+use crate::block::size_class;
+use crate::os::page_size;
 use crate::block_cache::BlockCache;
 use crate::chunk::Chunk;
 
@@ -288,8 +289,9 @@ impl Region {
             // of it twice, for alignments above a page), and it exceeds the
             // capacity of any chunk the region outgrew: else the reset would
             // keep that chunk, and the next window would outgrow it again.
-            let used = (cold.retired_used + self.cursor()).next_multiple_of(PAGE);
-            cold.retired_used = used + request.align().saturating_sub(PAGE);
+            let page = page_size();
+            let used = (cold.retired_used + self.cursor()).next_multiple_of(page);
+            cold.retired_used = used + request.align().saturating_sub(page);
             cold.retired.push(old);
         }
         self.hot.install(cold.chunk.as_ref(), 0);
@@ -518,10 +520,10 @@ fn outgrown(hot: &Hot, cold: &mut Cold, loose: &mut Vec<Chunk>) {
 }
 
 /// How many bytes a region wants usable when it must grow to `need`:
-/// 12.5% (and at least 16 KiB) more than it has, so that committing pages
-/// takes few system calls while what is held stays within 12.5% (plus
-/// 16 KiB) of the most the region ever used.
+/// 12.5% (and at least 16 KiB, or a page if larger) more than it has, so
+/// that committing pages takes few system calls while what is held stays
+/// within 12.5% (plus 16 KiB or a page) of the most the region ever used.
 pub(super) fn growth(now: usize, need: usize, min: usize) -> usize {
-    let step = (now / 8).max(4 * PAGE);
+    let step = (now / 8).max((16 << 10).max(page_size()));
     now.saturating_add(step).max(need).max(min)
 }
