@@ -38,6 +38,7 @@ with_std! {
     mod malloc;
     mod model;
     mod recording;
+    mod refusals;
     mod regions;
     mod stress;
     mod testing;

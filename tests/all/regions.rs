@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use tempalloc::{CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
-use crate::util::{check, fill};
+use crate::util::{check, check_kept, fill, live_below_pages_to_trim, page, scale};
 
 fn fast() -> CachingConfig {
     CachingConfig::default().debug_checks(false)
@@ -74,10 +74,11 @@ fn sixty_four_threads_each_bump_their_own_region() {
         assert_eq!(ranges.len(), threads * buffers);
         assert_disjoint(ranges);
         let s = temp.stats();
-        // One region per thread, each within its first commit (64 KiB) or
-        // 12.5% and 16 KiB above what its thread used.
+        // One region per thread, each within its first commit (64 KiB or a
+        // page) or 12.5% and 16 KiB (or a page) above what its thread used.
         let per_thread = buffers * (size + buffers) + buffers * 64;
-        let bound = threads * (64 << 10).max(per_thread + per_thread / 8 + (16 << 10));
+        let step = (16 << 10).max(page());
+        let bound = threads * (64 << 10).max(page()).max(per_thread + per_thread / 8 + step);
         assert!(s.bytes_held <= bound, "window {window}: {s}");
         temp.reset();
     }
@@ -269,11 +270,12 @@ fn an_exited_workers_parked_chunk_serves_a_thread_that_outgrew_its_own() {
     // thread's second, the limit). Under the limit the main thread's second
     // request fits only in the exited worker's parked chunk; without a
     // limit, taking it over saves a system allocation.
+    let k = scale() << 10;
     let cases = [
         // Heap blocks: 64 KiB for the main thread, 104 KiB for the worker.
-        (fast().reserve(None), 60 << 10, 100 << 10, 100 << 10, 208 << 10),
+        (fast().reserve(None), 60 * k, 100 * k, 100 * k, 208 * k),
         // Small reservations: each thread commits 200 KiB of 256 KiB.
-        (fast().reserve(Some(256 << 10)), 200 << 10, 200 << 10, 100 << 10, 480 << 10),
+        (fast().reserve(Some(256 * k)), 200 * k, 200 * k, 100 * k, 480 * k),
     ];
     for (config, first, worker, second, limit) in cases {
         for limit in [Some(limit), None] {
@@ -300,25 +302,26 @@ fn an_exited_workers_parked_chunk_serves_a_thread_that_outgrew_its_own() {
 fn under_a_shared_limit_parked_chunks_make_room() {
     use tempalloc::BlockCache;
 
-    let cache = Arc::new(BlockCache::with_limits(0, Some(200 << 10)));
-    let config = fast().reserve(None).min_block_size(16 << 10);
+    let k = scale() << 10;
+    let cache = Arc::new(BlockCache::with_limits(0, Some(200 * k)));
+    let config = fast().reserve(None).min_block_size(16 * k);
     let mut x = CachingAllocator::with_cache(Arc::clone(&cache), config);
     let y = CachingAllocator::with_cache(cache, config);
     // The main thread outgrows its block (its peak is now 108 KiB, and the
     // reset leaves it no block); a worker leaves a 20 KiB block parked.
     let ctx = KernelContext::new(&x);
-    fill(ctx.allocate_temp(8 << 10, 64).unwrap(), 1);
-    fill(ctx.allocate_temp(100 << 10, 64).unwrap(), 2);
+    fill(ctx.allocate_temp(8 * k, 64).unwrap(), 1);
+    fill(ctx.allocate_temp(100 * k, 64).unwrap(), 2);
     std::thread::scope(|s| {
-        s.spawn(|| KernelContext::new(&x).allocate_temp(20 << 10, 64).map(drop));
+        s.spawn(|| KernelContext::new(&x).allocate_temp(20 * k, 64).map(drop));
     });
     x.reset();
     // Another allocator on the cache leaves 20 KiB under the limit.
-    KernelContext::new(&y).allocate_temp(160 << 10, 64).unwrap();
+    KernelContext::new(&y).allocate_temp(160 * k, 64).unwrap();
     // 30 KiB fits only once the parked block, too small for the request,
     // goes back.
-    let buf = KernelContext::new(&x).allocate_temp(30 << 10, 64);
-    assert_eq!(fill(buf.unwrap(), 3).len(), 30 << 10, "{}", x.stats());
+    let buf = KernelContext::new(&x).allocate_temp(30 * k, 64);
+    assert_eq!(fill(buf.unwrap(), 3).len(), 30 * k, "{}", x.stats());
 }
 
 #[test]
@@ -345,7 +348,7 @@ fn under_a_limit_a_spare_reservation_grows_once_the_others_make_room() {
     // The main thread outgrows its 256 KiB reservation while two parked
     // workers' reservations hold 64 and 152 KiB. Committing more of the
     // larger one fits the limit only once the smaller one goes back.
-    let k = 1 << 10;
+    let k = scale() << 10;
     let config = fast().reserve(Some(256 * k)).min_block_size(64 * k);
     let mut temp = CachingAllocator::with_config(config.max_bytes(Some(440 * k)));
     fill(KernelContext::new(&temp).allocate_temp(200 * k, 64).unwrap(), 1);
@@ -747,27 +750,18 @@ fn a_refused_reservation_falls_back_to_heap_blocks() {
 #[test]
 fn trim_gives_pages_back_and_the_next_window_takes_them_again() {
     let mut temp = CachingAllocator::with_config(fast());
-    let kept = fill(
-        KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
-        4,
-    )
-    .as_ptr();
-    let cp = temp.checkpoint();
-    KernelContext::new(&temp)
-        .allocate_temp(2 << 20, 64)
-        .unwrap();
-    temp.rewind(cp).unwrap();
+    let kept = live_below_pages_to_trim(&mut temp);
     let before = temp.stats();
     temp.trim();
     let after = temp.stats();
     if !cfg!(miri) {
         // Everything above the live 10 000 bytes went back.
-        assert!(after.bytes_held < 64 << 10, "{after}");
+        assert!(after.bytes_held < (64 << 10).max(2 * page()), "{after}");
         assert!(after.system_frees > before.system_frees, "{after}");
     }
     // What was live is intact, and the allocator serves as before.
-    // SAFETY: 10 000 bytes taken before the checkpoint, not reset since.
-    check(unsafe { std::slice::from_raw_parts(kept, 10_000) }, 4);
+    // SAFETY: from `live_below_pages_to_trim`, not reset since.
+    unsafe { check_kept(kept) };
     let big = fill(
         KernelContext::new(&temp)
             .allocate_temp(2 << 20, 64)
