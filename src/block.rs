@@ -21,8 +21,8 @@ impl BlockOptions {
     /// The alignment a block of `size` bytes gets: the huge page when huge
     /// pages are asked for, known here, and the block holds one; else the page.
     pub(crate) fn align(self, size: usize) -> usize {
-        match huge_page_size() {
-            Some(huge) if self.huge_pages && size >= huge => huge,
+        match self.huge_pages.then(huge_page_size).flatten() {
+            Some(huge) if size >= huge => huge,
             _ => page_size(),
         }
     }

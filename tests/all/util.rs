@@ -25,40 +25,6 @@ pub fn scale() -> usize {
     (page() / (16 << 10)).max(1)
 }
 
-/// Takes 10 000 bytes (pattern 4) that stay live, then 2 MiB above a
-/// checkpoint, and rewinds: `temp`'s region then holds committed pages above
-/// its cursor, which `trim` gives back. Returns the live bytes' start, for
-/// [`check_kept`].
-#[cfg(feature = "std")]
-pub fn live_below_pages_to_trim(temp: &mut CachingAllocator) -> *const u8 {
-    use tempalloc::KernelContext;
-
-    let kept = fill(
-        KernelContext::new(temp).allocate_temp(10_000, 64).unwrap(),
-        4,
-    )
-    .as_ptr();
-    let cp = temp.checkpoint();
-    fill(
-        KernelContext::new(temp).allocate_temp(2 << 20, 64).unwrap(),
-        5,
-    );
-    temp.rewind(cp).unwrap();
-    kept
-}
-
-/// Checks the bytes [`live_below_pages_to_trim`] left live.
-///
-/// # Safety
-///
-/// `kept` came from it, and its allocator has not been reset, rewound below
-/// them or dropped since.
-#[cfg(feature = "std")]
-pub unsafe fn check_kept(kept: *const u8) {
-    // SAFETY: 10 000 bytes, live (the caller's precondition).
-    check(unsafe { std::slice::from_raw_parts(kept, 10_000) }, 4);
-}
-
 /// A request no system can serve: a quarter of the address space (1 << 62
 /// on 64-bit targets, 1 << 30 on 32-bit ones).
 pub const HUGE: usize = 1 << (usize::BITS - 2);
