@@ -36,16 +36,21 @@ impl BlockOptions {
 /// Returns `None` when the class would pass `isize::MAX`.
 pub(crate) fn size_class(bytes: usize) -> Option<usize> {
     let page = page_size();
-    let pages = bytes.max(1).checked_next_multiple_of(page)?;
+    let pages = round_up(bytes.max(1), page)?;
     let step = if pages <= 8 * page {
         page
     } else {
         // The largest power of two not above `pages`, over 8.
         (1usize << (usize::BITS - 1 - pages.leading_zeros())) / 8
     };
-    pages
-        .checked_next_multiple_of(step)
-        .filter(|&c| c <= isize::MAX as usize)
+    round_up(pages, step).filter(|&c| c <= isize::MAX as usize)
+}
+
+/// `bytes` rounded up to a multiple of `pow2` (a power of two): a mask, not
+/// the division `next_multiple_of` makes for a step known only at run time.
+fn round_up(bytes: usize, pow2: usize) -> Option<usize> {
+    debug_assert!(pow2.is_power_of_two());
+    Some(bytes.checked_add(pow2 - 1)? & !(pow2 - 1))
 }
 
 /// One region of memory owned by a block cache or an allocator. Freed on
