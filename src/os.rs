@@ -139,9 +139,9 @@ fn read_huge_page_size() -> usize {
     huge
 }
 
-// Reservation sizes. A region first reserves `REGION_RESERVE` (the caching
-// code reserves max(REGION_RESERVE, 4 x its peak) and moves a region that
-// outgrows it), so 64 threads' regions must fit in what the platform lets a
+// Reservation sizes. A region first reserves `REGION_RESERVE` (more when its
+// peak asks for more; a region that outgrows its reservation moves to a
+// larger one), so 64 threads' regions must fit in what the platform lets a
 // process map, next to everything else it maps; `RESERVE_LIMIT` caps them all
 // together, and a reservation past it is refused like one the system refuses
 // (it halves, then falls back to heap blocks). Reserving costs no memory, but
@@ -149,8 +149,7 @@ fn read_huge_page_size() -> usize {
 //
 // - 64-bit Linux, macOS, Windows, FreeBSD: 47 or 48 bits (128 TiB) of user
 //   address space. 256 MiB per region: 64 threads take 16 GiB, a thousand
-//   threads 256 GiB; regions with larger peaks reserve 4 x peak. The cap,
-//   1 TiB, is under 1% of the space.
+//   threads 256 GiB. The cap, 1 TiB, is under 1% of the space.
 // - Android (64-bit): kernels are often built with 39-bit address spaces
 //   (512 GiB, shared with the ART heap and every library). 64 MiB per
 //   region (64 threads: 4 GiB); cap 32 GiB, 1/16 of the space.
