@@ -5,40 +5,52 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 
 use crate::Error;
-
-/// Blocks are page-aligned, so requests up to 4096-byte alignment need no
-/// padding at the start of a block.
-pub(crate) const PAGE: usize = 4096;
-
-/// Huge blocks are aligned to (and sized in) 2 MiB so that the kernel can
-/// back them with transparent huge pages.
-pub(crate) const HUGE_PAGE: usize = 2 << 20;
+use crate::os::{self, huge_page_size, page_size, system_page_size};
 
 /// How a block is obtained from the system.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct BlockOptions {
     /// Touch every page once, so first use does not page-fault.
     pub prefault: bool,
-    /// Ask for transparent huge pages for blocks of 2 MiB and more (Linux).
+    /// Ask for transparent huge pages for blocks of a huge page and more
+    /// (Linux and Android; see [`os::huge_page_size`]).
     pub huge_pages: bool,
 }
 
-/// Rounds `bytes` up to a block size class: whole pages, and above 32 KiB
-/// one of eight steps per power of two, so a block is at most 12.5% larger
-/// than asked (and blocks of similar sizes share a class in the cache).
+impl BlockOptions {
+    /// The alignment a block of `size` bytes gets: the huge page when huge
+    /// pages are asked for, known here, and the block holds one; else the page.
+    pub(crate) fn align(self, size: usize) -> usize {
+        match self.huge_pages.then(huge_page_size).flatten() {
+            Some(huge) if size >= huge => huge,
+            _ => page_size(),
+        }
+    }
+}
+
+/// Rounds `bytes` up to a block size class: whole pages (of
+/// [`page_size`], read at run time), and above eight pages one of eight steps
+/// per power of two, so a block is at most 12.5% larger than asked (and
+/// blocks of similar sizes share a class in the cache).
 ///
 /// Returns `None` when the class would pass `isize::MAX`.
 pub(crate) fn size_class(bytes: usize) -> Option<usize> {
-    let pages = bytes.max(1).checked_next_multiple_of(PAGE)?;
-    let step = if pages <= 8 * PAGE {
-        PAGE
+    let page = page_size();
+    let pages = round_up(bytes.max(1), page)?;
+    let step = if pages <= 8 * page {
+        page
     } else {
         // The largest power of two not above `pages`, over 8.
         (1usize << (usize::BITS - 1 - pages.leading_zeros())) / 8
     };
-    pages
-        .checked_next_multiple_of(step)
-        .filter(|&c| c <= isize::MAX as usize)
+    round_up(pages, step).filter(|&c| c <= isize::MAX as usize)
+}
+
+/// `bytes` rounded up to a multiple of `pow2` (a power of two): a mask, not
+/// the division `next_multiple_of` makes for a step known only at run time.
+fn round_up(bytes: usize, pow2: usize) -> Option<usize> {
+    debug_assert!(pow2.is_power_of_two());
+    Some(bytes.checked_add(pow2 - 1)? & !(pow2 - 1))
 }
 
 /// One region of memory owned by a block cache or an allocator. Freed on
@@ -56,17 +68,17 @@ unsafe impl Send for Block {}
 impl Block {
     /// A block of `size` bytes (at least a page; a size class) from the system.
     pub(crate) fn allocate(size: usize, options: BlockOptions) -> Result<Block, Error> {
-        let size = size.max(PAGE);
-        let huge = options.huge_pages && size >= HUGE_PAGE;
-        let align = if huge { HUGE_PAGE } else { PAGE };
+        let size = size.max(page_size());
+        let align = options.align(size);
         let layout = Layout::from_size_align(size, align)
             .map_err(|_| Error::SizeOverflow { size, align })?;
-        // SAFETY: `size >= PAGE > 0`.
+        // SAFETY: `size >= page_size() > 0`.
         let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) })
             .ok_or(Error::OutOfMemory { size, align })?;
         let block = Block { ptr, layout };
-        if huge {
-            block.advise_huge_pages();
+        if align > page_size() {
+            // SAFETY: exactly the allocation just made, which `block` owns.
+            unsafe { os::advise_huge_pages(ptr, size) };
         }
         if options.prefault {
             block.prefault();
@@ -88,27 +100,17 @@ impl Block {
 
     /// Whether this block was made with huge-page alignment.
     pub(crate) fn is_huge(&self) -> bool {
-        self.layout.align() == HUGE_PAGE
+        self.layout.align() > page_size()
     }
 
     fn prefault(&self) {
-        for offset in (0..self.size()).step_by(PAGE) {
+        // Every page the system has, so none faults on first use.
+        for offset in (0..self.size()).step_by(system_page_size()) {
             // SAFETY: `offset < size`, so the byte is inside our allocation;
             // a volatile write so the touch is not optimised away.
             unsafe { self.ptr.as_ptr().add(offset).write_volatile(0) };
         }
     }
-
-    #[cfg(all(target_os = "linux", not(miri)))]
-    fn advise_huge_pages(&self) {
-        // SAFETY: the range is exactly our allocation, 2 MiB aligned;
-        // MADV_HUGEPAGE is a hint that never changes the contents, and its
-        // failure (no THP support) is harmless, so the result is ignored.
-        unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.size(), libc::MADV_HUGEPAGE) };
-    }
-
-    #[cfg(not(all(target_os = "linux", not(miri))))]
-    fn advise_huge_pages(&self) {}
 }
 
 impl Drop for Block {

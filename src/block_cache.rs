@@ -460,7 +460,7 @@ impl BlockCache {
         block: BlockOptions,
     ) -> Option<Chunk> {
         let class = size_class(want.max(need))?;
-        let huge = block.huge_pages && crate::os::huge_page_size().is_some_and(|h| class >= h);
+        let huge = block.align(class) > page_size();
         let fits = |c: &Chunk| match c {
             Chunk::Heap(b) => {
                 b.size() >= need && b.size() <= class + class / 4 && b.is_huge() == huge

@@ -178,3 +178,77 @@ unsafe impl<A: Rewind> Rewind for FailAt<A> {
 pub fn fail_nth_allocation(cache: &BlockCache, n: u64) {
     cache.fail_nth_allocation(n);
 }
+
+/// A system call of the OS layer that [`refuse_system_calls`] can make fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SystemCall {
+    /// Reserving address space for a region (`mmap`, `VirtualAlloc(MEM_RESERVE)`).
+    /// Refused, a reservation is retried at half the size, down to what the
+    /// request needs, then the region falls back to a heap block.
+    Reserve,
+    /// Committing pages of a reservation (`mprotect`, `VirtualAlloc(MEM_COMMIT)`).
+    Commit,
+    /// Giving committed pages back (`madvise` + `mprotect`,
+    /// `VirtualFree(MEM_DECOMMIT)`), as `trim` does. Refused, the pages stay
+    /// committed and counted.
+    Decommit,
+}
+
+/// Makes the OS layer's `call`s on **this thread** fail, as a system that
+/// says no would: the next `skip` succeed, then `times` fail (`u32::MAX`:
+/// every one until cleared), then they succeed again. `times == 0` clears.
+/// Other threads are not affected, so tests running in parallel do not see
+/// each other's refusals; an allocator's calls are made on the thread whose
+/// request (or `reset`, `trim`, ...) needs them.
+///
+/// Where the platform has no reservations (wasm, Miri) there is nothing to
+/// refuse: regions use heap blocks, which [`fail_nth_allocation`] fails.
+///
+/// Every reservation refused: regions fall back to heap blocks, and every
+/// request is still served.
+///
+/// ```
+/// use tempalloc::testing::{SystemCall, refuse_system_calls};
+/// use tempalloc::{CachingAllocator, KernelContext};
+///
+/// refuse_system_calls(SystemCall::Reserve, 0, u32::MAX);
+/// let temp = CachingAllocator::new();
+/// let tile = KernelContext::new(&temp).scratch::<f32>(1 << 18)?;
+/// assert_eq!(tile.len(), 1 << 18);
+/// refuse_system_calls(SystemCall::Reserve, 0, 0); // cleared
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+///
+/// The next decommit refused, once: a `trim` that meets it gives nothing
+/// back, counts nothing as given back, and the memory stays usable.
+///
+/// ```
+/// use tempalloc::testing::{SystemCall, refuse_system_calls};
+/// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
+///
+/// let mut temp = CachingAllocator::new();
+/// KernelContext::new(&temp).scratch::<u8>(4 << 20)?;
+/// temp.reset();
+/// let held = temp.stats().bytes_held;
+/// refuse_system_calls(SystemCall::Decommit, 0, 1);
+/// temp.trim();
+/// assert_eq!(temp.stats().bytes_held, held);
+/// KernelContext::new(&temp).scratch::<u8>(4 << 20)?;
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+pub fn refuse_system_calls(call: SystemCall, skip: u32, times: u32) {
+    crate::os::refuse(call, skip, times);
+}
+
+/// The page size the allocators use: the system's, or `TEMPALLOC_PAGE_SIZE`
+/// (README, "Platforms"). For tests whose expectations are whole pages.
+///
+/// ```
+/// let page = tempalloc::testing::page_size();
+/// assert!(page.is_power_of_two() && page >= 4096);
+/// ```
+#[doc(hidden)]
+pub fn page_size() -> usize {
+    crate::os::page_size()
+}

@@ -111,12 +111,18 @@ impl CachingConfig {
     }
 
     /// A hard limit on all memory the allocator's own cache takes from the
-    /// system. The rule: a program is served whenever the limit covers what
-    /// is live plus, for each thread allocating at once, one growth step of
-    /// its region (12.5% of what it holds, at least one page: the least a
-    /// thread's region can hold is one page) and its alignment padding. A
-    /// request that would pass it is first given the memory of regions no
-    /// thread leases this window (largest first) and the cache's idle
+    /// system.
+    ///
+    /// The rule: a program is served whenever the limit covers, for each
+    /// thread allocating at once, the most it used in one window plus one
+    /// growth step of its region (12.5% of what the region holds, and at
+    /// least one page: the least a thread's region can hold is one page).
+    /// When threads split the work the same way every call, that is what is
+    /// live plus a step per thread; a work-stealing pool's workers each keep
+    /// the most they ever took (see `trim` and `retain` for giving it back).
+    ///
+    /// A request that would pass the limit first gets the memory of regions
+    /// no thread leases this window (largest first) and the cache's idle
     /// memory, if that makes room; otherwise it is
     /// [`Error::BudgetExceeded`](crate::Error::BudgetExceeded), with the
     /// request, what is held and the limit, whatever the request's size.

@@ -19,7 +19,6 @@ use std::sync::atomic::{
 
 use super::grow::Books;
 use crate::chunk::Chunk;
-use crate::os::page_size;
 
 /// The `owner` of a region nobody leases.
 pub(super) const FREE: u64 = 0;
@@ -454,12 +453,15 @@ fn settle(hot: &Hot, cold: &mut Cold, books: &Books) {
     hot.sync_held(cold);
 }
 
-/// Where the region's next chunk starts for the peak's count: page-aligned
-/// past what the current one used, plus the most padding above a page that
-/// `layout` can need there. So the peak counts what one chunk needs to hold
-/// the window, and a region that outgrew a chunk has a peak above it.
+/// Where the region's next chunk starts for the peak's count: past what the
+/// current one used, rounded up to 4 KiB, plus the most padding above 4 KiB
+/// that `layout` can need there. Chunks start at least 4 KiB-aligned, and
+/// padding for an alignment up to 4 KiB is the same from any 4 KiB-aligned
+/// offset, so the peak counts what one chunk needs to hold the window (not a
+/// page size: a coarser rounding would count padding no chunk needs), and a
+/// region that outgrew a chunk has a peak above it.
 pub(super) fn before_next(hot: &Hot, layout: Layout) -> usize {
-    let page = page_size();
+    const GRAIN: usize = 4096;
     let used = hot.before() + hot.cursor.load(Relaxed);
-    used.next_multiple_of(page) + layout.align().saturating_sub(page)
+    used.next_multiple_of(GRAIN) + layout.align().saturating_sub(GRAIN)
 }

@@ -8,24 +8,49 @@ use tempalloc::{CachingAllocator, CachingConfig, Error, KernelContext, TempAlloc
 
 use crate::util::{check, fill};
 
-/// 4 KiB of activations on the calling thread, then 64 x 1 KiB of worker
-/// scratch spread over a pool of `threads` workers, under a 160 KiB limit;
+/// How a kernel's 64 x 1 KiB of worker scratch is spread over its threads.
+#[derive(Clone, Copy, Debug)]
+enum Split {
+    /// A rayon pool: which worker takes how much changes from call to call.
+    Stealing,
+    /// Scoped threads, an equal share each.
+    Equal,
+}
+
+/// Three inferences of 4 KiB of activations on the calling thread, then
+/// 64 x 1 KiB of worker scratch over `threads` threads, under `limit`;
 /// returns the first error, if any.
-fn activations_and_workers(config: CachingConfig, threads: usize) -> Result<(), Error> {
+fn activations_and_workers(config: CachingConfig, split: Split, threads: usize, limit: usize) -> Result<(), Error> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .unwrap();
-    let mut temp = CachingAllocator::with_config(config.max_bytes(Some(160 << 10)));
+    let mut temp = CachingAllocator::with_config(config.max_bytes(Some(limit)));
     for _inference in 0..3 {
         let ctx = KernelContext::new(&temp);
         let activations = fill(ctx.allocate_temp(4 << 10, 64)?, 7);
-        pool.install(|| {
-            (0..64).into_par_iter().try_for_each(|i| {
-                fill(ctx.allocate_temp(1 << 10, 64)?, i);
-                Ok::<_, Error>(())
-            })
-        })?;
+        match split {
+            Split::Stealing => pool.install(|| {
+                (0..64).into_par_iter().try_for_each(|i| {
+                    fill(ctx.allocate_temp(1 << 10, 64)?, i);
+                    Ok::<_, Error>(())
+                })
+            })?,
+            Split::Equal => std::thread::scope(|s| {
+                let workers: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let ctx = &ctx;
+                        s.spawn(move || {
+                            (0..64 / threads).try_for_each(|i| {
+                                fill(ctx.allocate_temp(1 << 10, 64)?, t * 64 + i);
+                                Ok::<_, Error>(())
+                            })
+                        })
+                    })
+                    .collect();
+                workers.into_iter().try_for_each(|w| w.join().unwrap())
+            })?,
+        }
         check(activations, 7);
         temp.reset();
     }
@@ -33,13 +58,25 @@ fn activations_and_workers(config: CachingConfig, threads: usize) -> Result<(), 
 }
 
 #[test]
-fn a_limit_covering_live_bytes_and_a_page_per_thread_serves_any_thread_count() {
-    // With the debug checks (as a debug build has them) and without.
-    for debug_checks in [false, true] {
-        let config = CachingConfig::default().debug_checks(debug_checks);
-        for threads in [1, 2, 4, 8] {
-            let served = activations_and_workers(config, threads);
-            assert_eq!(served, Ok(()), "{threads} threads, debug checks {debug_checks}");
+fn a_limit_covering_each_threads_window_and_a_page_serves_any_thread_count() {
+    let page = crate::util::page();
+    for threads in [1, 2, 4, 8] {
+        // An equal split: what is live, and a page for each thread that
+        // allocates (the calling thread, the workers, and the debug checks'
+        // region).
+        let tight = (4 + 64) * 1024 + (threads + 2) * page;
+        // A work-stealing pool: each worker's region keeps the most it took
+        // in one call, so the limit covers the sum of those (the 160 KiB a
+        // user found refused at 4 and 8 rayon workers, before regions
+        // committed lazily, at 4 KiB pages).
+        let stealing = tight.max(160 << 10);
+        for (split, limit) in [(Split::Equal, tight), (Split::Stealing, stealing)] {
+            // With the debug checks (as a debug build has them) and without.
+            for debug_checks in [false, true] {
+                let config = CachingConfig::default().debug_checks(debug_checks);
+                let served = activations_and_workers(config, split, threads, limit);
+                assert_eq!(served, Ok(()), "{split:?}, {threads} threads, debug checks {debug_checks}, limit {limit}");
+            }
         }
     }
 }

@@ -39,6 +39,7 @@ with_std! {
     mod malloc;
     mod model;
     mod recording;
+    mod refusals;
     mod regions;
     mod stress;
     mod testing;

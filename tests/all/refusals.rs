@@ -1,0 +1,111 @@
+//! Refused system calls: `testing::refuse_system_calls` makes this thread's
+//! reservations, commits or decommits fail, as a system that says no would
+//! (`ulimit -v`, a full commit limit, a kernel that rejects the boundary).
+//! Each is an error or a clean fallback: never a crash, never a lost buffer,
+//! and the books say what the system did.
+
+use tempalloc::testing::{SystemCall, refuse_system_calls};
+use tempalloc::{CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
+
+use crate::util::{check, fill};
+
+fn fast() -> CachingConfig {
+    CachingConfig::default().debug_checks(false)
+}
+
+/// Clears this thread's refusals when a test ends, passed or not.
+struct Clear;
+
+impl Drop for Clear {
+    fn drop(&mut self) {
+        for call in [SystemCall::Reserve, SystemCall::Commit, SystemCall::Decommit] {
+            refuse_system_calls(call, 0, 0);
+        }
+    }
+}
+
+#[test]
+fn refused_reservations_fall_back_to_heap_blocks_that_serve_every_request() {
+    let _clear = Clear;
+    refuse_system_calls(SystemCall::Reserve, 0, u32::MAX);
+    let mut temp = CachingAllocator::with_config(fast());
+    for window in 0..4 {
+        let ctx = KernelContext::new(&temp);
+        let a = fill(ctx.allocate_temp(100_000, 64).unwrap(), 1);
+        let b = fill(ctx.allocate_temp(300_000 + window * 50_000, 4096).unwrap(), 2);
+        let c = fill(ctx.allocate_temp(2 << 20, 64).unwrap(), 3);
+        check(a, 1);
+        check(b, 2);
+        check(c, 3);
+        temp.reset();
+    }
+    assert_eq!(temp.stats().bytes_live, 0);
+}
+
+#[test]
+fn a_refused_commit_is_an_error_or_served_and_loses_nothing() {
+    let _clear = Clear;
+    let mut temp = CachingAllocator::with_config(fast());
+    let ctx = KernelContext::new(&temp);
+    let a = fill(ctx.allocate_temp(10_000, 64).unwrap(), 1);
+    let held = temp.stats().bytes_held;
+    refuse_system_calls(SystemCall::Commit, 0, 1);
+    // Past the first commit: the region must grow, and the system says no.
+    match ctx.allocate_temp(1 << 20, 64) {
+        Ok(b) => check(fill(b, 2), 2),
+        Err(e) => {
+            assert!(matches!(e, Error::OutOfMemory { .. }), "{e:?}");
+            // Nothing was committed, so nothing more is counted.
+            assert_eq!(temp.stats().bytes_held, held, "{}", temp.stats());
+        }
+    }
+    check(a, 1);
+    let c = fill(ctx.allocate_temp(1 << 20, 64).unwrap(), 3);
+    check(a, 1);
+    check(c, 3);
+    temp.reset();
+    assert_eq!(temp.stats().bytes_live, 0);
+}
+
+#[test]
+fn a_refused_decommit_keeps_the_books_and_the_region_still_grows() {
+    // A review found `trim` at a boundary a 16 KiB kernel rejects lowering
+    // `bytes_held` with nothing freed, after which every growth of the
+    // region failed. The books must follow what the system did.
+    let _clear = Clear;
+    // The region's chunk keeps a window's 2 MiB committed; 10 000 bytes of
+    // the next window are live below them. (Heap blocks stay whole under
+    // `trim`, so where regions fall back to them nothing changes either.)
+    let mut temp = CachingAllocator::with_config(fast());
+    KernelContext::new(&temp)
+        .allocate_temp(2 << 20, 64)
+        .unwrap();
+    temp.reset();
+    let kept = fill(
+        KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
+        4,
+    )
+    .as_ptr();
+    let before = temp.stats();
+    refuse_system_calls(SystemCall::Decommit, 0, u32::MAX);
+    temp.trim();
+    let after = temp.stats();
+    assert_eq!(
+        (after.bytes_held, after.system_frees),
+        (before.bytes_held, before.system_frees),
+        "{after}"
+    );
+    // The pages are still committed: the region grows over them and past.
+    refuse_system_calls(SystemCall::Decommit, 0, 0);
+    let big = fill(
+        KernelContext::new(&temp)
+            .allocate_temp(3 << 20, 64)
+            .unwrap(),
+        5,
+    );
+    check(big, 5);
+    // SAFETY: 10 000 bytes taken in this window, not reset since.
+    check(unsafe { std::slice::from_raw_parts(kept, 10_000) }, 4);
+    temp.reset();
+    assert_eq!(temp.stats().bytes_live, 0);
+}
