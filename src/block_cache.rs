@@ -58,6 +58,7 @@ pub struct BlockCache {
     misses: AtomicU64,
     reservations: AtomicU64,
     heap_blocks: AtomicU64,
+    refusals: AtomicU64,
     /// System allocations left before an injected failure (0: none armed).
     fail_countdown: AtomicU64,
 }
@@ -91,6 +92,10 @@ pub struct CacheStats {
     /// with [`CachingConfig::reserve(None)`](crate::CachingConfig::reserve())),
     /// or the system refused to commit a reservation.
     pub heap_blocks: u64,
+    /// Commits and decommits the system refused. Nothing changed then: a
+    /// refused commit moved the region to other memory, and pages a refused
+    /// decommit left stay committed and counted in `bytes_held`.
+    pub refusals: u64,
 }
 
 impl fmt::Display for CacheStats {
@@ -98,7 +103,7 @@ impl fmt::Display for CacheStats {
         write!(
             f,
             "{} B held ({} B idle), {} system allocations, {} system frees, {} hits, {} misses, \
-             {} reservations, {} heap blocks",
+             {} reservations, {} heap blocks, {} refusals",
             self.bytes_held,
             self.idle_bytes,
             self.system_allocations,
@@ -107,6 +112,7 @@ impl fmt::Display for CacheStats {
             self.misses,
             self.reservations,
             self.heap_blocks,
+            self.refusals,
         )
     }
 }
@@ -162,6 +168,7 @@ impl BlockCache {
             misses: AtomicU64::new(0),
             reservations: AtomicU64::new(0),
             heap_blocks: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
             fail_countdown: AtomicU64::new(0),
         }
     }
@@ -209,6 +216,7 @@ impl BlockCache {
             misses: self.misses.load(Relaxed),
             reservations: self.reservations.load(Relaxed),
             heap_blocks: self.heap_blocks.load(Relaxed),
+            refusals: self.refusals.load(Relaxed),
         }
     }
 
@@ -327,6 +335,7 @@ impl BlockCache {
         }
         if mapping.commit(now + charged, prefault).is_err() {
             self.uncharge(charged);
+            self.refusals.fetch_add(1, Relaxed);
             return Ok(None);
         }
         self.system_allocations.fetch_add(1, Relaxed);
@@ -342,7 +351,10 @@ impl BlockCache {
         if to >= before {
             return Some(0);
         }
-        mapping.decommit(to).ok()?;
+        if mapping.decommit(to).is_err() {
+            self.refusals.fetch_add(1, Relaxed);
+            return None;
+        }
         self.held.fetch_sub(before - to, Relaxed);
         self.system_frees.fetch_add(1, Relaxed);
         Some(before - to)
