@@ -46,6 +46,19 @@ pub(crate) fn size_class(bytes: usize) -> Option<usize> {
     round_up(pages, step).filter(|&c| c <= isize::MAX as usize)
 }
 
+/// The largest size class not above `bytes` (0 below a page): what a limit
+/// that leaves `bytes` of room lets a block be.
+pub(crate) fn size_class_at_most(bytes: usize) -> usize {
+    let page = page_size();
+    let pages = bytes & !(page - 1);
+    if pages <= 8 * page {
+        return pages;
+    }
+    // A class above eight pages is a multiple of its step (see `size_class`).
+    let step = (1usize << (usize::BITS - 1 - pages.leading_zeros())) / 8;
+    pages & !(step - 1)
+}
+
 /// `bytes` rounded up to a multiple of `pow2` (a power of two): a mask, not
 /// the division `next_multiple_of` makes for a step known only at run time.
 fn round_up(bytes: usize, pow2: usize) -> Option<usize> {

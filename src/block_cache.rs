@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::Error;
-use crate::block::{Block, BlockOptions, size_class};
+use crate::block::{Block, BlockOptions, size_class, size_class_at_most};
 use crate::chunk::Chunk;
 use crate::os::{Mapping, page_size};
 
@@ -420,10 +420,8 @@ impl BlockCache {
         let size = size_class(want.max(need)).ok_or(oom)?;
         let least = size_class(need).ok_or(oom)?;
         let charged = self.charge(least, size, request)?;
-        let size = size_class(charged).filter(|&s| s == charged).unwrap_or(least);
-        if charged > size {
-            self.uncharge(charged - size);
-        }
+        let size = size_class_at_most(charged);
+        self.uncharge(charged - size);
         let block = if self.injected_failure() {
             Err(oom)
         } else {

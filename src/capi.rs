@@ -137,7 +137,6 @@ impl tempalloc_config {
         let default = CachingConfig::default();
         let nonzero = |n: usize| (n != 0).then_some(n);
         Ok(default
-            .idle_budget(self.max_cached_bytes)
             .max_bytes(nonzero(self.max_bytes))
             .min_block_size(nonzero(self.min_block_size).unwrap_or(default.min_block_size))
             .dedicated_threshold(nonzero(self.dedicated_threshold))
@@ -400,7 +399,7 @@ fn status<T>(result: Result<T, tempalloc_error>, out: Option<&mut T>) -> tempall
 pub extern "C" fn tempalloc_config_default() -> tempalloc_config {
     let c = CachingConfig::default();
     tempalloc_config {
-        max_cached_bytes: c.idle_budget,
+        max_cached_bytes: 0,
         max_bytes: c.max_bytes.unwrap_or(0),
         min_block_size: c.min_block_size,
         dedicated_threshold: c.dedicated_threshold.unwrap_or(0),
@@ -430,9 +429,11 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
     // SAFETY: the caller guarantees `config` is NULL or valid to read.
     let config = unsafe { config.as_ref() }.copied();
     let result = guard(|| {
+        let idle = config.map_or(0, |c| c.max_cached_bytes);
         let config = tempalloc_config::read(config)?;
-        Ok(tempalloc_allocator::new(CachingAllocator::with_config(
-            config,
+        let cache = Arc::new(BlockCache::with_idle_budget(idle));
+        Ok(tempalloc_allocator::new(CachingAllocator::with_cache(
+            cache, config,
         )))
     });
     let mut handle = ptr::null_mut();

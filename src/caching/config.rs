@@ -25,8 +25,6 @@ pub struct CachingConfig {
     pub min_block_size: usize,
     /// See [`dedicated_threshold`](Self::dedicated_threshold()).
     pub dedicated_threshold: Option<usize>,
-    /// See [`idle_budget`](Self::idle_budget()).
-    pub idle_budget: usize,
     /// See [`max_bytes`](Self::max_bytes()).
     pub max_bytes: Option<usize>,
     /// See [`reserve`](Self::reserve()).
@@ -39,15 +37,14 @@ pub struct CachingConfig {
 }
 
 impl Default for CachingConfig {
-    /// First commits sized to the first request, no dedicated chunks,
-    /// nothing kept idle, no hard limit, the platform's reservation size
+    /// First commits sized to the first request, no dedicated chunks, no
+    /// hard limit, the platform's reservation size
     /// (README, "Platforms"), no retain cap, no prefault, no huge pages;
     /// debug checks in debug builds only.
     fn default() -> Self {
         CachingConfig {
             min_block_size: 0,
             dedicated_threshold: None,
-            idle_budget: 0,
             max_bytes: None,
             reserve: Some(REGION_RESERVE),
             retain: None,
@@ -93,25 +90,9 @@ impl CachingConfig {
         self
     }
 
-    /// The idle budget of the allocator's own [`BlockCache`](crate::BlockCache):
-    /// how much memory given back (by [`release`](crate::CachingAllocator::release),
-    /// dedicated requests, outgrown heap blocks) is kept for reuse instead of
-    /// freed. The default, 0, frees it at once: right for one allocator per
-    /// process. Not used by [`CachingAllocator::with_cache`](crate::CachingAllocator::with_cache),
-    /// where the shared cache's budget rules.
-    ///
-    /// ```
-    /// let c = tempalloc::CachingConfig::default().idle_budget(32 << 20);
-    /// assert_eq!(c.idle_budget, 32 << 20);
-    /// ```
-    #[must_use]
-    pub fn idle_budget(mut self, bytes: usize) -> Self {
-        self.idle_budget = bytes;
-        self
-    }
-
-    /// A hard limit on all memory the allocator's own cache takes from the
-    /// system.
+    /// A hard limit on all memory the allocator takes from the system,
+    /// through its own cache or a shared one (whose own limit, if any,
+    /// applies too: a session's cap within the sessions' budget).
     ///
     /// The rule: a program is served whenever the limit covers, for each
     /// thread allocating at once, the most it used in one window plus one
@@ -127,9 +108,7 @@ impl CachingConfig {
     /// [`Error::BudgetExceeded`](crate::Error::BudgetExceeded), with the
     /// request, what is held and the limit, whatever the request's size.
     /// Growth never asks for more than the limit allows. Use it on devices
-    /// where the OS kills processes over a memory line. Not used by
-    /// [`CachingAllocator::with_cache`](crate::CachingAllocator::with_cache),
-    /// where the shared cache's limit rules.
+    /// where the OS kills processes over a memory line.
     ///
     /// ```
     /// let c = tempalloc::CachingConfig::default().max_bytes(Some(10 << 20));

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::region::{Region, before_next};
 use super::{CachingAllocator, CachingConfig, Shared};
-use crate::block::size_class;
+use crate::block::{size_class, size_class_at_most};
 use crate::block_cache::{BlockCache, ChunkOptions};
 use crate::chunk::Chunk;
 use crate::os::{Mapping, page_size};
@@ -17,10 +17,13 @@ use crate::Error;
 /// The lease a thread takes on a FREE region to give its memory back.
 const RECLAIMING: u64 = u64::MAX;
 
-/// The allocator's cache and what it took through it. Atomics, so that a
-/// region grows without the allocator's lock.
+/// The allocator's cache and what it took through it, under the
+/// allocator's own limit. Atomics, so that a region grows without the
+/// allocator's lock.
 pub(super) struct Books {
     pub cache: Arc<BlockCache>,
+    /// `CachingConfig::max_bytes`: on this allocator, within the cache's.
+    limit: Option<usize>,
     pub held: AtomicUsize,
     pub system_allocations: AtomicU64,
     pub system_frees: AtomicU64,
@@ -29,9 +32,10 @@ pub(super) struct Books {
 }
 
 impl Books {
-    pub(super) fn new(cache: Arc<BlockCache>) -> Self {
+    pub(super) fn new(cache: Arc<BlockCache>, limit: Option<usize>) -> Self {
         Books {
             cache,
+            limit,
             held: AtomicUsize::new(0),
             system_allocations: AtomicU64::new(0),
             system_frees: AtomicU64::new(0),
@@ -40,24 +44,98 @@ impl Books {
         }
     }
 
+    /// The allocator's own limit, if any.
+    pub(super) fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
+    /// Counts between `need` and `want` more bytes as held, under the
+    /// allocator's own limit (`want` shrinks to the room left, in whole
+    /// pages; `need` does not). Returns the bytes counted, which the caller
+    /// corrects to what it took.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BudgetExceeded`] (with `request`'s size) when `need` does
+    /// not fit; nothing is counted then.
+    fn admit(&self, need: usize, want: usize, request: Layout) -> Result<usize, Error> {
+        let want = want.max(need);
+        let Some(limit) = self.limit else {
+            self.held.fetch_add(want, Relaxed);
+            return Ok(want);
+        };
+        let page = page_size();
+        let mut held = self.held.load(Relaxed);
+        loop {
+            let room = limit.saturating_sub(held) & !(page - 1);
+            if need > room {
+                let requested = request.size();
+                return Err(Error::BudgetExceeded { requested, held, limit });
+            }
+            let admitted = want.min(room);
+            match self.held.compare_exchange_weak(held, held + admitted, Relaxed, Relaxed) {
+                Ok(_) => return Ok(admitted),
+                Err(now) => held = now,
+            }
+        }
+    }
+
+    /// The error for a request no limit could admit, if there is a limit:
+    /// the allocator's own, or the cache's.
+    fn over_limit(&self, request: Layout) -> Option<Error> {
+        let requested = request.size();
+        let own = self.limit.map(|limit| (self.held.load(Relaxed), limit));
+        let (held, limit) = own.or(self.cache.max_bytes().map(|l| (self.cache.held(), l)))?;
+        Some(Error::BudgetExceeded { requested, held, limit })
+    }
+
     /// A chunk from the cache (see [`BlockCache::take`]), counted.
     pub(super) fn take(&self, need: usize, want: usize, options: ChunkOptions, request: Layout) -> Result<Chunk, Error> {
-        let taken = self.cache.take(need, want, options, request)?;
+        let (Some(least), Some(most)) = (size_class(need), size_class(want.max(need))) else {
+            // Past any block size: over a limit if there is one.
+            return Err(self.over_limit(request).unwrap_or(Error::out_of_memory(request)));
+        };
+        // A block size the limit allows: a class, so the cache takes no more.
+        let admitted = self.admit(least, most, request)?;
+        let want = size_class_at_most(admitted).max(least);
+        self.held.fetch_sub(admitted - want, Relaxed);
+        let taken = match self.cache.take(need, want, options, request) {
+            Ok(taken) => taken,
+            Err(e) => {
+                self.held.fetch_sub(want, Relaxed);
+                return Err(e);
+            }
+        };
+        let usable = taken.chunk.usable();
+        // An idle chunk may hold a little more than asked: counted too.
+        if usable > want {
+            if let Err(e) = self.admit(usable - want, usable - want, request) {
+                self.held.fetch_sub(want, Relaxed);
+                self.cache.give_back(taken.chunk);
+                return Err(e);
+            }
+        } else {
+            self.held.fetch_sub(want - usable, Relaxed);
+        }
         let counter = if taken.system_allocations == 0 { &self.hits } else { &self.misses };
         counter.fetch_add(1, Relaxed);
         self.system_allocations.fetch_add(taken.system_allocations, Relaxed);
-        self.held.fetch_add(taken.chunk.usable(), Relaxed);
         Ok(taken.chunk)
     }
 
     /// Commits `m` to at least `need` bytes, about `want`: `Ok(false)` when
     /// the system refused the range.
     fn commit(&self, m: &mut Mapping, need: usize, want: usize, prefault: bool, request: Layout) -> Result<bool, Error> {
-        let Some(bytes) = self.cache.commit(m, need, want, prefault, request)? else {
+        let (now, page) = (m.committed(), page_size());
+        let to = |bytes: usize| bytes.next_multiple_of(page).min(m.reserved());
+        let admitted = self.admit(to(need) - now, to(want) - now, request)?;
+        let committed = self.cache.commit(m, need, now + admitted, prefault, request);
+        let bytes = committed.as_ref().map_or(0, |c| c.unwrap_or(0));
+        self.held.fetch_sub(admitted - bytes, Relaxed);
+        if committed?.is_none() {
             return Ok(false);
-        };
+        }
         self.system_allocations.fetch_add(1, Relaxed);
-        self.held.fetch_add(bytes, Relaxed);
         Ok(true)
     }
 
@@ -154,8 +232,13 @@ impl Region {
             _ => 0,
         };
         if fresh {
+            // Nothing in use: start over, and stay consistent (empty) if
+            // what follows fails.
             books.give_back_all(chunks, 0);
+            hot.install(None, 0, 0, 0);
+            hot.sync_held(cold);
         }
+        let chunks = cold.chunks();
         let next = if fresh { 0 } else { current + 1 };
         match (next..chunks.len()).find(|&i| need.fits(&chunks[i])) {
             Some(i) => chunks.swap(next, i),
@@ -163,7 +246,8 @@ impl Region {
                 let used = before_next(hot, layout) + need.0;
                 let reserve = config.reserve.map(|bytes| {
                     let bytes = bytes.max(used.saturating_mul(4));
-                    books.cache.max_bytes().map_or(bytes, |limit| bytes.min(limit))
+                    let limit = books.limit().into_iter().chain(books.cache.max_bytes()).min();
+                    limit.map_or(bytes, |limit| bytes.min(limit))
                 });
                 let want = need.0.max(config.min_block_size).max(peak).max(double);
                 let options = ChunkOptions { block: config.block, reserve };
@@ -262,12 +346,19 @@ impl CachingAllocator {
     #[cold]
     #[inline(never)]
     fn make_room(&self, shared: &mut Shared, least: usize) -> bool {
-        let cache = &self.books.cache;
-        let Some(limit) = cache.max_bytes() else {
+        let (books, cache) = (&self.books, &self.books.cache);
+        if books.limit().is_none() && cache.max_bytes().is_none() {
             return false;
-        };
+        }
         let regions = || super::regions(&shared.regions).filter(|r| r.is_free());
-        let room = || limit.saturating_sub(cache.held()) + cache.idle_bytes();
+        // The room under the tighter of the two limits.
+        let room = || {
+            let own = books.limit().map_or(usize::MAX, |l| l.saturating_sub(books.held.load(Relaxed)));
+            let shared = cache.max_bytes().map_or(usize::MAX, |l| {
+                l.saturating_sub(cache.held()) + cache.idle_bytes()
+            });
+            own.min(shared)
+        };
         let free: usize = regions().map(Region::held).sum();
         if free == 0 || room() + free < least {
             return false;

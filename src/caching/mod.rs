@@ -167,9 +167,8 @@ impl CachingAllocator {
         Self::with_config(CachingConfig::default())
     }
 
-    /// An allocator with `config` and a cache of its own, limited by the
-    /// config's [`idle_budget`](CachingConfig::idle_budget) and
-    /// [`max_bytes`](CachingConfig::max_bytes).
+    /// An allocator with `config` and a cache of its own, which keeps no
+    /// memory idle (what the allocator gives back goes to the system).
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, CachingConfig, Error, KernelContext};
@@ -179,28 +178,30 @@ impl CachingAllocator {
     /// assert!(matches!(ctx.scratch::<u8>(4 << 20), Err(Error::BudgetExceeded { .. })));
     /// ```
     pub fn with_config(config: CachingConfig) -> Self {
-        let cache = BlockCache::with_limits(config.idle_budget, config.max_bytes);
-        Self::with_cache(Arc::new(cache), config)
+        Self::with_cache(Arc::new(BlockCache::with_idle_budget(0)), config)
     }
 
     /// An allocator that takes and gives back its memory through `cache`,
-    /// shared with other allocators (one per session or model) under the
-    /// cache's limits.
-    ///
-    /// The limits are the cache's: the config's
-    /// [`idle_budget`](CachingConfig::idle_budget) and
-    /// [`max_bytes`](CachingConfig::max_bytes) are **not used** here (make
-    /// the cache with [`BlockCache::with_limits`] instead). Every other
-    /// setting of `config` applies.
+    /// shared with other allocators (one per session or model): memory one
+    /// gives back serves another, under the cache's idle budget and limit.
+    /// The config's [`max_bytes`](CachingConfig::max_bytes) is this
+    /// allocator's own limit within the cache's.
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tempalloc::{BlockCache, CachingAllocator, CachingConfig};
+    /// use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext};
     ///
+    /// // 32 MiB for all sessions, at most 24 MiB for any one.
     /// let cache = Arc::new(BlockCache::with_limits(0, Some(32 << 20)));
-    /// let a = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
-    /// let b = CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default());
-    /// assert!(Arc::ptr_eq(a.cache(), b.cache()));
+    /// let session = CachingConfig::default().max_bytes(Some(24 << 20));
+    /// let a = CachingAllocator::with_cache(Arc::clone(&cache), session);
+    /// let b = CachingAllocator::with_cache(Arc::clone(&cache), session);
+    /// KernelContext::new(&a).scratch::<u8>(20 << 20)?;
+    /// let err = KernelContext::new(&b).scratch::<u8>(20 << 20).unwrap_err();
+    /// assert!(matches!(err, Error::BudgetExceeded { limit, .. } if limit == 32 << 20));
+    /// let err = KernelContext::new(&a).scratch::<u8>(8 << 20).unwrap_err();
+    /// assert!(matches!(err, Error::BudgetExceeded { limit, .. } if limit == 24 << 20));
+    /// # Ok::<(), Error>(())
     /// ```
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
         // Like every allocation a constructor makes (the lock, the cache's
@@ -224,7 +225,7 @@ impl CachingAllocator {
             dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
             locked,
             shared: Mutex::new(shared),
-            books: Books::new(cache),
+            books: Books::new(cache, config.max_bytes),
             config,
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed),
         }

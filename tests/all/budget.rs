@@ -99,3 +99,30 @@ fn a_request_over_the_limit_is_over_budget_whatever_its_size() {
         assert_eq!(temp.stats().bytes_live, 1000);
     }
 }
+
+#[test]
+fn a_refused_request_leaves_an_empty_region_usable() {
+    // A request over the limit at the start of a window, when the region
+    // holds memory but nothing is in use: refused, and the next requests
+    // are served from a region that is still whole.
+    let limit = 1 << 20;
+    for config in [CachingConfig::default(), CachingConfig::default().reserve(None)] {
+        for debug_checks in [false, true] {
+            let config = config.debug_checks(debug_checks).max_bytes(Some(limit));
+            let mut temp = CachingAllocator::with_config(config);
+            fill(KernelContext::new(&temp).allocate_temp(100_000, 64).unwrap(), 1);
+            temp.reset();
+            for _window in 0..3 {
+                let ctx = KernelContext::new(&temp);
+                let err = ctx.allocate_temp(2 * limit, 64).unwrap_err();
+                assert!(matches!(err, Error::BudgetExceeded { .. }), "{err}");
+                let a = fill(ctx.allocate_temp(256, 64).unwrap(), 2);
+                let b = fill(ctx.allocate_temp(100_000, 64).unwrap(), 3);
+                check(a, 2);
+                check(b, 3);
+                temp.check().unwrap();
+                temp.reset();
+            }
+        }
+    }
+}

@@ -356,10 +356,9 @@ fn hard_limit_frees_idle_blocks_before_refusing() {
 #[test]
 fn dedicated_blocks_are_recycled_at_reset() {
     let size = scaled(3 << 20, 96 << 10);
-    let config = fast()
-        .dedicated_threshold(Some(size / 2))
-        .idle_budget(64 << 20);
-    let mut temp = CachingAllocator::with_config(config);
+    let config = fast().dedicated_threshold(Some(size / 2));
+    let cache = std::sync::Arc::new(tempalloc::BlockCache::with_idle_budget(64 << 20));
+    let mut temp = CachingAllocator::with_cache(cache, config);
     for _ in 0..5 {
         {
             let ctx = KernelContext::new(&temp);

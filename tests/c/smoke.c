@@ -22,6 +22,7 @@ int main(void) {
   tempalloc_config config = tempalloc_config_default();
   tempalloc_allocator *alloc;
   tempalloc_stats stats;
+  unsigned long long warm = 0;
   int round;
 
   config.max_bytes = 8u << 20;
@@ -35,6 +36,10 @@ int main(void) {
     if (tile != NULL) tile[4095] = 1.0f;
     if (page != NULL) memset(page, round, 8192);
     CHECK(tempalloc_reset(alloc) == TEMPALLOC_OK);
+    if (round == 0) {
+      CHECK(tempalloc_allocator_stats(alloc, &stats) == TEMPALLOC_OK);
+      warm = stats.system_allocations;
+    }
   }
   CHECK(tempalloc_allocate(alloc, 16 << 20, 64, &error) == NULL);
   CHECK(error == TEMPALLOC_ERROR_BUDGET_EXCEEDED);
@@ -43,7 +48,8 @@ int main(void) {
   CHECK(strlen(tempalloc_error_message(error)) > 0);
   CHECK(tempalloc_allocator_stats(alloc, &stats) == TEMPALLOC_OK);
   CHECK(stats.resets == 10 && stats.allocations == 20);
-  CHECK(stats.system_allocations == 1);
+  /* Memory is taken in the first round only. */
+  CHECK(warm >= 1 && stats.system_allocations == warm);
   CHECK(tempalloc_allocator_stats(NULL, &stats) == TEMPALLOC_ERROR_NULL_ARGUMENT);
 
   /* Checkpoints: a kernel's scratch is recycled, the inference's kept. */

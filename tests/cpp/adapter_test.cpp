@@ -304,7 +304,7 @@ void test_checkpoints() {
   std::memset(act, 7, 256);
   void* first = nullptr;
   for (int kernel = 0; kernel < 3; ++kernel) {
-    tempalloc_checkpoint_token cp = temp.checkpoint().unwrap();
+    tempalloc_checkpoint_token cp = temp.checkpoint();
     void* tile = temp.allocate(4096, 64);
     CHECK(tile != nullptr);
     if (first == nullptr) first = tile;
