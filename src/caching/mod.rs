@@ -1,11 +1,9 @@
-//! [`CachingAllocator`]: the product. A region per thread that grows in
-//! place, leased for one window at a time; reset and rewind in a few stores
-//! per region; one shared budget.
+//! [`CachingAllocator`]: the product. A region per thread, leased for a
+//! window, that grows in place; one budget shared with other sessions.
 //!
-//! The files, one concern each: `lease.rs` (which region a thread uses),
-//! `region.rs` (one region: the bump, reset and rewind), `grow.rs` (how a
-//! region grows, and the budget rule), `checkpoint.rs`, `debug.rs`
-//! (canaries and poison), `config.rs`.
+//! One concern a file: `lease.rs` (which region a thread uses), `region.rs`
+//! (the bump, reset, rewind), `grow.rs` (growth and the budget rule),
+//! `checkpoint.rs`, `debug.rs` (canaries and poison), `config.rs`.
 
 mod checkpoint;
 mod config;
@@ -39,24 +37,18 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The caching temp allocator: what a runtime should use.
 ///
-/// Every thread that allocates bumps in a *region* of its own, leased for
-/// the window (until the next reset or rewind), so a request is a handful
-/// of instructions with no lock and no atomic read-modify-write, and threads
-/// never contend. There is no cap on the thread count. A region reserves
-/// address space and commits pages as its cursor first passes them, so it
-/// grows in place: no chain of blocks, no copy, and after warm-up no system
-/// call. [`reset`](TempAllocator::reset) rewinds every region to its start
-/// and frees the leases, so after warm-up an inference makes **zero** system
-/// allocations, and what the allocator holds — what the system keeps
-/// resident for it — stays within 12.5% (and a page) of the most each thread
-/// used in one window, from the first inference on. Threads that come and go
-/// (fresh threads per kernel) lease the regions the last ones left. Where
-/// address space cannot be reserved (Miri, `ulimit -v`), regions use heap
-/// blocks sized to their peak instead.
-///
-/// [`checkpoint`](CachingAllocator::checkpoint) and
-/// [`rewind`](CachingAllocator::rewind) recycle one kernel's scratch while
-/// scratch taken earlier in the inference stays put.
+/// Every thread that allocates bumps in a *region* leased to it for the
+/// window (until the next reset or rewind): a handful of instructions, no
+/// lock, no atomic read-modify-write, any number of threads. A region
+/// reserves address space and commits pages as its cursor first passes
+/// them, so it grows in place, and after warm-up an inference makes **zero**
+/// system allocations; what the system keeps resident for it stays within
+/// 12.5% (and a page) of the most its thread used in one window, from the
+/// first inference on. Fresh threads lease the regions the last ones left.
+/// Where nothing can be reserved (Miri, `ulimit -v`), regions use heap
+/// blocks sized to their peak. [`checkpoint`](CachingAllocator::checkpoint)
+/// and [`rewind`](CachingAllocator::rewind) recycle one kernel's scratch
+/// while the inference's stays.
 ///
 /// ```
 /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
@@ -73,13 +65,13 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
 pub struct CachingAllocator {
-    /// The current window's token: a thread that remembers it leases the
-    /// region it remembers (see `lease.rs`).
+    /// This window's token: a thread that remembers it leases the region it
+    /// remembers (`lease.rs`).
     window: u64,
-    /// Requests of at least this many bytes get a chunk of their own
-    /// (`usize::MAX`: none do).
+    /// Requests of at least this many bytes get a chunk of their own.
     dedicated_from: usize,
-    /// The region the debug checks carve every request from, under the lock.
+    /// The region the debug checks carve every request from, under the
+    /// lock; never leased.
     locked: NonNull<Region>,
     shared: Mutex<Shared>,
     books: Books,
@@ -87,11 +79,11 @@ pub struct CachingAllocator {
     id: u64,
 }
 
-// SAFETY: the regions (`locked` and the list in `shared`) are owned by the
-// allocator like `Box`es and are `Send + Sync`; everything else is too.
-unsafe impl Send for CachingAllocator {}
-// SAFETY: as above; `&self` methods reach regions only through their
+// SAFETY: the regions (`locked`, and the list in `shared`) are owned like
+// `Box`es and are `Send + Sync`; `&self` methods reach them only through
 // leases, the lock, or atomics.
+unsafe impl Send for CachingAllocator {}
+// SAFETY: as above.
 unsafe impl Sync for CachingAllocator {}
 
 /// What the slow path changes under the lock.
@@ -118,8 +110,7 @@ pub(super) struct Shared {
 // `Send + Sync`; chunks and marks are `Send`.
 unsafe impl Send for Shared {}
 
-/// Counters folded in at resets and rewinds (the regions count their own
-/// requests in between).
+/// Counters folded in at resets and rewinds.
 #[derive(Debug, Default)]
 struct Totals {
     allocations: u64,
@@ -140,12 +131,11 @@ impl Totals {
     }
 }
 
-/// The regions in `list`, borrowed for as long as the list: regions are
-/// freed only when the allocator drops, which empties the list first.
-fn regions(list: &[NonNull<Region>]) -> impl Iterator<Item = &Region> {
-    // SAFETY: every pointer in the list came from `Region::try_new` and is
-    // freed only by `Drop for CachingAllocator`, after draining the list
-    // (which this borrow of it keeps from happening meanwhile).
+/// The regions in `list`, borrowed for as long as the list.
+fn regions(list: &[NonNull<Region>]) -> impl Iterator<Item = &Region> + Clone {
+    // SAFETY: the list's regions came from `Region::try_new` and are freed
+    // only by the allocator's `Drop`, after draining the list, which this
+    // borrow of it keeps from happening meanwhile.
     list.iter().map(|r| unsafe { r.as_ref() })
 }
 
@@ -204,12 +194,12 @@ impl CachingAllocator {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
-        // Like every allocation a constructor makes (the lock, the cache's
-        // `Arc`), a failure here is the global allocator's error.
+        // As for every allocation a constructor makes (the lock, the books),
+        // a failure here is the global allocator's error.
         let no_memory = || std::alloc::handle_alloc_error(Layout::new::<Region>());
-        let locked = Region::try_new(0).unwrap_or_else(no_memory);
-        let mut shared = Shared {
-            regions: Vec::new(),
+        // Room for the books of 8 nested checkpoints over 8 regions.
+        let shared = Shared {
+            regions: Vec::with_capacity(NESTED_CHECKPOINTS),
             dedicated: Vec::new(),
             dedicated_live: 0,
             open: Vec::with_capacity(NESTED_CHECKPOINTS),
@@ -219,11 +209,10 @@ impl CachingAllocator {
             window_high: 0,
             totals: Totals::default(),
         };
-        shared.regions.reserve(NESTED_CHECKPOINTS);
         CachingAllocator {
             window: lease::next_window(),
             dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
-            locked,
+            locked: Region::try_new(FREE).unwrap_or_else(no_memory),
             shared: Mutex::new(shared),
             books: Books::new(cache, config.max_bytes),
             config,
@@ -252,8 +241,8 @@ impl CachingAllocator {
     }
 
     /// Resets, then gives all memory back to the cache, which keeps it idle
-    /// within its budget or frees it (unmapping it: resident memory falls).
-    /// For memory pressure; the next request takes memory again.
+    /// within its budget or frees it: resident memory falls. For memory
+    /// pressure; the next request takes memory again.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
@@ -266,23 +255,18 @@ impl CachingAllocator {
     /// ```
     pub fn release(&mut self) {
         self.reset();
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: the locked region came from `Region::try_new` and lives
-        // until the allocator drops.
-        let locked = unsafe { self.locked.as_ref() };
-        for region in regions(&shared.regions).chain([locked]) {
-            // SAFETY: `&mut self`: no thread uses the region.
-            unsafe { region.release(&self.books) };
+        let (all, books) = self.exclusive();
+        for region in all {
+            // SAFETY: `&mut self`, after a reset: nothing in use.
+            unsafe { region.shed(books, false) };
         }
     }
 
-    /// Gives back to the system the pages no scratch uses now, while every
-    /// region keeps its address range: resident memory falls to what is live
-    /// (nothing, right after a reset), and the next window commits pages
-    /// again as it needs them: every region forgets the most it ever used,
-    /// so it grows to what its thread uses from now on. For a memory warning
-    /// between inferences, when the next inference should still be cheap to
-    /// start. A page the system refuses to decommit stays counted as held.
+    /// Gives back the pages no scratch uses now, keeping every region's
+    /// address range: resident memory falls to what is live, and every region
+    /// forgets the most it ever used, growing to what its thread uses from
+    /// now on. For a memory warning between inferences. A page the system
+    /// refuses to decommit stays counted as held.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
@@ -296,12 +280,10 @@ impl CachingAllocator {
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
     pub fn trim(&mut self) {
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: the locked region lives until the allocator drops.
-        let locked = unsafe { self.locked.as_ref() };
-        for region in regions(&shared.regions).chain([locked]) {
+        let (all, books) = self.exclusive();
+        for region in all {
             // SAFETY: `&mut self`: no thread uses the region.
-            unsafe { region.trim(&self.books) };
+            unsafe { region.trim(books) };
         }
     }
 
@@ -335,22 +317,28 @@ impl CachingAllocator {
     }
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
-        // Nothing panics while the lock is held, and the slow path leaves
-        // `Shared` consistent at every early return, so poison is ignored.
+        // Nothing panics under the lock, and the slow path leaves `Shared`
+        // consistent at every early return, so poison is ignored.
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A region of this allocator, for as long as the allocator.
     fn region(&self, region: NonNull<Region>) -> &Region {
-        // SAFETY: the callers pass regions of this allocator (from its list,
-        // or remembered by a thread with this allocator's id), which live
-        // until it drops, and `&self` keeps it alive.
+        // SAFETY: callers pass regions of this allocator (from its list, or
+        // remembered by a thread with its id), which live until it drops.
         unsafe { region.as_ref() }
     }
 
-    /// The locked region.
     fn locked(&self) -> &Region {
         self.region(self.locked)
+    }
+
+    /// Every region, the locked one last, and the books, under `&mut self`.
+    fn exclusive(&mut self) -> (impl Iterator<Item = &Region> + Clone, &Books) {
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: as in `region`.
+        let locked = unsafe { self.locked.as_ref() };
+        (regions(&shared.regions).chain([locked]), &self.books)
     }
 
     /// Everything the fast path cannot serve: a request that does not fit,
@@ -402,7 +390,7 @@ impl CachingAllocator {
         }
         if layout.size() == 0 {
             // A region without a chunk: nothing to carve, but a request.
-            region.count_empty();
+            region.count_request(0);
             return Ok(dangling(layout));
         }
         // SAFETY: as above.
@@ -466,7 +454,7 @@ impl CachingAllocator {
             let carved = unsafe { self.bump_or_grow(locked, padded, Some(shared)) };
             let ptr = carved.map_err(|e| e.for_request(layout))?.cast();
             // The region counted the canary as requested; the caller did not.
-            locked.uncount(CANARY_LEN);
+            locked.count_request(-(CANARY_LEN as isize));
             ptr
         };
         shared.debug.record(ptr, layout.size());
@@ -494,9 +482,8 @@ impl CachingAllocator {
             shared.totals.canary_violations += shared.debug.recycle(0);
         }
         let mut live = shared.dedicated_live;
-        // SAFETY: the locked region lives until the allocator drops.
-        let locked = unsafe { self.locked.as_ref() };
-        let debug = self.config.debug_checks.then_some(locked);
+        // SAFETY: as in `region`.
+        let debug = self.config.debug_checks.then_some(unsafe { self.locked.as_ref() });
         let (mine, me) = lease::mine(self.id);
         for region in regions(&shared.regions).chain(debug) {
             let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
@@ -513,23 +500,19 @@ impl CachingAllocator {
         self.new_window(mine, true);
     }
 
-    /// Decommits the largest regions (and gives back their heap blocks)
-    /// until the allocator holds at most `cap` bytes. After a reset.
+    /// The retain cap, after a reset: the largest regions give their
+    /// memory back until at most `cap` bytes are held.
     #[cold]
     #[inline(never)]
     fn retain(&mut self, cap: usize) {
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: the locked region lives until the allocator drops.
-        let locked = unsafe { self.locked.as_ref() };
-        for _ in 0..=shared.regions.len() {
-            if self.books.held.load(Relaxed) <= cap {
+        let (all, books) = self.exclusive();
+        for _ in all.clone() {
+            let largest = all.clone().filter(|r| r.held() != 0).max_by_key(|r| r.held());
+            let Some(region) = largest.filter(|_| books.held.load(Relaxed) > cap) else {
                 break;
-            }
-            let largest = regions(&shared.regions).chain([locked]).max_by_key(|r| r.held());
-            if let Some(region) = largest.filter(|r| r.held() != 0) {
-                // SAFETY: `&mut self`: no thread uses the region.
-                unsafe { region.shed(&self.books) };
-            }
+            };
+            // SAFETY: `&mut self`, after a reset: nothing in use.
+            unsafe { region.shed(books, true) };
         }
     }
 }
