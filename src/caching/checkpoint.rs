@@ -185,7 +185,7 @@ impl CachingAllocator {
         // SAFETY: the locked region lives until the allocator drops.
         let locked = unsafe { self.locked.as_ref() };
         let mut live = shared.dedicated_live;
-        let (mine, me) = super::lease::mine(self.id);
+        let (mine, me) = super::lease::mine(self.id, None);
         for region in regions(&shared.regions).chain([locked]) {
             let mark = shared.marks[from..to]
                 .iter()
@@ -200,9 +200,12 @@ impl CachingAllocator {
         while shared.dedicated.len() > dedicated {
             shared.free_last_dedicated(&self.books);
         }
-        // A region with a mark keeps its leaseholder, whoever that is.
-        let kept = mine.is_some_and(|m| self.region(m).lease(me));
-        self.new_window(mine, kept);
+        // A new window; the calling thread keeps its region if it leases it
+        // (a region with a mark keeps its leaseholder, whoever that is).
+        self.window = super::lease::next_window();
+        if let Some(mine) = mine.filter(|&m| self.region(m).lease(me)) {
+            super::lease::remember(self.window, self.id, mine);
+        }
         Ok(())
     }
 }

@@ -28,25 +28,24 @@ static NEXT_WINDOW: AtomicU64 = AtomicU64::new(1);
 /// Thread serials: never 0 (a FREE region's owner), never reused.
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
-/// A thread's last lease.
-#[derive(Clone, Copy)]
-struct Last {
-    /// The window token it was taken under.
-    window: u64,
-    /// The id of the allocator the region belongs to.
-    allocator: u64,
-    /// Null while `allocator` is 0. A raw pointer, not `NonNull`: its niche
-    /// would cost the fast path a test of it.
-    region: *const Region,
+/// What a thread knows: its last lease, and who it is.
+struct Thread {
+    /// The window token the last lease was taken under, and the region:
+    /// the fast path's look-up. A raw pointer, null at first, not
+    /// `NonNull`: its niche would cost the fast path a test of it.
+    lease: Cell<(u64, *const Region)>,
+    /// The id of the allocator the region belongs to (0: none), and the
+    /// thread's serial (0 until it needs one).
+    ids: Cell<(u64, u64)>,
 }
 
 thread_local! {
     /// Const-initialised with no destructor: reading it is a plain load,
-    /// and it works in any thread-local destructor.
-    static LAST: Cell<Last> = const {
-        Cell::new(Last { window: 0, allocator: 0, region: ptr::null() })
+    /// it works in any thread-local destructor, and one block of it is one
+    /// look-up where thread-locals cost a call (a shared library).
+    static THREAD: Thread = const {
+        Thread { lease: Cell::new((0, ptr::null())), ids: Cell::new((0, 0)) }
     };
-    static SERIAL: Cell<u64> = const { Cell::new(0) };
 }
 
 /// A new window token.
@@ -55,59 +54,49 @@ pub(super) fn next_window() -> u64 {
     NEXT_WINDOW.fetch_add(1, Relaxed)
 }
 
-/// The calling thread's serial.
-#[inline]
-pub(super) fn serial() -> u64 {
-    let serial = SERIAL.get();
-    if serial != 0 {
-        return serial;
-    }
-    let serial = NEXT_SERIAL.fetch_add(1, Relaxed);
-    SERIAL.set(serial);
-    serial
-}
-
 /// The window token the calling thread last leased a region under, and
-/// the region: the fast path's lookup.
+/// the region: the fast path's look-up.
 ///
 /// If the token is an allocator's current window, the region belongs to that
-/// allocator (tokens are never reused, and only [`remember`] stores one,
-/// with a region of the allocator that issued it), and the thread holds its
-/// lease: leases change hands only at a reset or rewind, which starts a new
-/// token.
+/// allocator (tokens are never reused, and only [`remember`] and [`renew`]
+/// store one, with a region of the allocator that issued it), and the thread
+/// holds its lease: leases change hands only at a reset or rewind, which
+/// starts a new token.
 #[inline(always)]
 pub(super) fn leased() -> (u64, *const Region) {
-    let last = LAST.get();
-    (last.window, last.region)
+    THREAD.with(|t| t.lease.get())
 }
 
 /// The region the calling thread last leased from the allocator with id
-/// `allocator`, in any window: where its slow path looks first.
+/// `allocator`, in any window (where its slow path looks first), and the
+/// thread's serial; with `window`, a reset leases that region to the thread
+/// again, remembered under the new window at once.
 #[inline]
-pub(super) fn last_of(allocator: u64) -> Option<NonNull<Region>> {
-    let last = LAST.get();
-    if last.allocator != allocator {
-        return None;
-    }
-    NonNull::new(last.region.cast_mut())
-}
-
-/// The region the calling thread last leased from the allocator with id
-/// `allocator`, and the thread's serial: at a reset or rewind it keeps that
-/// region (when it frees it), so that its next request takes the fast path.
-#[inline]
-pub(super) fn mine(allocator: u64) -> (Option<NonNull<Region>>, u64) {
-    (last_of(allocator), serial())
+pub(super) fn mine(allocator: u64, window: Option<u64>) -> (Option<NonNull<Region>>, u64) {
+    THREAD.with(|t| {
+        let (id, mut serial) = t.ids.get();
+        if serial == 0 {
+            serial = NEXT_SERIAL.fetch_add(1, Relaxed);
+            t.ids.set((id, serial));
+        }
+        if id != allocator {
+            return (None, serial);
+        }
+        let (_, region) = t.lease.get();
+        if let Some(window) = window {
+            t.lease.set((window, region));
+        }
+        (NonNull::new(region.cast_mut()), serial)
+    })
 }
 
 /// Remembers that the calling thread leases `region`, of the allocator
 /// with id `allocator`, in window `window`.
 #[inline]
 pub(super) fn remember(window: u64, allocator: u64, region: NonNull<Region>) {
-    LAST.set(Last {
-        window,
-        allocator,
-        region: region.as_ptr(),
+    THREAD.with(|t| {
+        t.lease.set((window, region.as_ptr()));
+        t.ids.set((allocator, t.ids.get().1));
     });
 }
 

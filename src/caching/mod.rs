@@ -133,10 +133,15 @@ impl Totals {
 
 /// The regions in `list`, borrowed for as long as the list.
 fn regions(list: &[NonNull<Region>]) -> impl Iterator<Item = &Region> + Clone {
+    list.iter().map(deref)
+}
+
+/// A region of the allocator's list, borrowed for as long as the entry.
+fn deref(region: &NonNull<Region>) -> &Region {
     // SAFETY: the list's regions came from `Region::try_new` and are freed
     // only by the allocator's `Drop`, after draining the list, which this
     // borrow of it keeps from happening meanwhile.
-    list.iter().map(|r| unsafe { r.as_ref() })
+    unsafe { region.as_ref() }
 }
 
 impl Default for CachingAllocator {
@@ -362,8 +367,8 @@ impl CachingAllocator {
     /// if that is free or still its own (lock-free), else, under the lock,
     /// the FREE region that holds the most, or a new one.
     fn lease(&self, layout: Layout) -> Result<&Region, Error> {
-        let me = lease::serial();
-        let region = match lease::last_of(self.id) {
+        let (last, me) = lease::mine(self.id, None);
+        let region = match last {
             Some(last) if self.region(last).lease(me) => last,
             _ => lease::lease_any(&mut self.lock().regions, me)
                 .ok_or_else(|| Error::out_of_memory(layout))?,
@@ -461,17 +466,6 @@ impl CachingAllocator {
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// Starts a new window: every thread's next request takes the slow path
-    /// once, to take its lease back, but the calling thread keeps `mine`,
-    /// which the reset or rewind leased to it (`kept`). Only with `&mut self`.
-    #[inline]
-    fn new_window(&mut self, mine: Option<NonNull<Region>>, kept: bool) {
-        self.window = lease::next_window();
-        if let (Some(mine), true) = (mine, kept) {
-            lease::remember(self.window, self.id, mine);
-        }
-    }
-
     /// `reset` with the debug checks, a retain cap or dedicated chunks.
     #[cold]
     #[inline(never)]
@@ -484,7 +478,8 @@ impl CachingAllocator {
         let mut live = shared.dedicated_live;
         // SAFETY: as in `region`.
         let debug = self.config.debug_checks.then_some(unsafe { self.locked.as_ref() });
-        let (mine, me) = lease::mine(self.id);
+        let window = lease::next_window();
+        let (mine, me) = lease::mine(self.id, Some(window));
         for region in regions(&shared.regions).chain(debug) {
             let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
             // SAFETY: `&mut self`: no thread uses the region.
@@ -497,7 +492,7 @@ impl CachingAllocator {
         if let Some(cap) = self.config.retain {
             self.retain(cap);
         }
-        self.new_window(mine, true);
+        self.window = window;
     }
 
     /// The retain cap, after a reset: the largest regions give their
@@ -547,15 +542,24 @@ unsafe impl TempAllocator for CachingAllocator {
             return self.reset_all();
         }
         // The usual case, kept short.
-        let (mine, me) = lease::mine(self.id);
+        let window = lease::next_window();
+        let (mine, me) = lease::mine(self.id, Some(window));
         let mut live = 0;
-        for region in regions(&shared.regions) {
+        let reset = |region: &Region| {
             let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
             // SAFETY: `&mut self`: no thread uses the region.
-            live += shared.totals.fold(unsafe { region.reset(&self.books, next) });
+            unsafe { region.reset(&self.books, next) }
+        };
+        if let [only] = &shared.regions[..] {
+            // One thread allocates: no loop.
+            live = shared.totals.fold(reset(deref(only)));
+        } else {
+            for region in regions(&shared.regions) {
+                live += shared.totals.fold(reset(region));
+            }
         }
         shared.end_window(live);
-        self.new_window(mine, true);
+        self.window = window;
     }
 
     fn stats(&self) -> Stats {
