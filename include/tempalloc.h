@@ -452,8 +452,10 @@ size_t tempalloc_block_cache_idle_bytes(const tempalloc_block_cache *cache, temp
  * came before (per-kernel recycling inside an inference). Checkpoints nest;
  * rewinding to one consumes it and every checkpoint taken after it. A reset
  * or release consumes them all. Makes no system allocation up to 8 open
- * checkpoints. Returns [`TEMPALLOC_OK`], or [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
- * (then `*out` is untouched).
+ * checkpoints. Returns [`TEMPALLOC_OK`], [`TEMPALLOC_ERROR_NULL_ARGUMENT`], or
+ * [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the books of open checkpoints must
+ * grow and the system has no memory (then `*out` is untouched and no
+ * checkpoint is taken).
  *
  * Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`]:
  * take it between kernels, not while workers allocate.

@@ -85,9 +85,10 @@ impl Default for BumpAllocator {
 /// use tempalloc::{BumpAllocator, Rewind, TempAllocator};
 ///
 /// let mut temp = BumpAllocator::new();
-/// let cp = temp.checkpoint();
+/// let cp = temp.checkpoint()?;
 /// temp.reset();
 /// assert!(temp.rewind(cp).is_err()); // a reset came after it
+/// # Ok::<(), tempalloc::Error>(())
 /// ```
 #[derive(Debug)]
 #[must_use = "a checkpoint does nothing until it is given to `rewind`"]
@@ -276,12 +277,12 @@ unsafe impl TempAllocator for BumpAllocator {
 /// use tempalloc::{BumpAllocator, Error, KernelContext, Rewind, TempAllocator};
 ///
 /// let mut temp = BumpAllocator::new();
-/// let cp = temp.checkpoint();
+/// let cp = temp.checkpoint()?;
 /// KernelContext::new(&temp).scratch::<u8>(64)?;
 /// temp.rewind(cp)?;
 /// assert_eq!(temp.stats().bytes_live, 64);
 /// let other = BumpAllocator::new();
-/// assert_eq!(temp.rewind(other.checkpoint()), Err(Error::ForeignCheckpoint));
+/// assert_eq!(temp.rewind(other.checkpoint()?), Err(Error::ForeignCheckpoint));
 /// # Ok::<(), Error>(())
 /// ```
 ///
@@ -307,11 +308,12 @@ unsafe impl TempAllocator for BumpAllocator {
 unsafe impl Rewind for BumpAllocator {
     type Checkpoint = BumpCheckpoint;
 
-    fn checkpoint(&self) -> BumpCheckpoint {
-        BumpCheckpoint {
+    /// Never fails: the checkpoint names the allocator and its window.
+    fn checkpoint(&self) -> Result<BumpCheckpoint, Error> {
+        Ok(BumpCheckpoint {
             allocator: self.id,
             resets: self.inner().stats.resets,
-        }
+        })
     }
 
     fn rewind(&mut self, checkpoint: BumpCheckpoint) -> Result<(), Error> {

@@ -788,8 +788,10 @@ pub unsafe extern "C" fn tempalloc_block_cache_idle_bytes(
 /// came before (per-kernel recycling inside an inference). Checkpoints nest;
 /// rewinding to one consumes it and every checkpoint taken after it. A reset
 /// or release consumes them all. Makes no system allocation up to 8 open
-/// checkpoints. Returns [`TEMPALLOC_OK`], or [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
-/// (then `*out` is untouched).
+/// checkpoints. Returns [`TEMPALLOC_OK`], [`TEMPALLOC_ERROR_NULL_ARGUMENT`], or
+/// [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the books of open checkpoints must
+/// grow and the system has no memory (then `*out` is untouched and no
+/// checkpoint is taken).
 ///
 /// Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`]:
 /// take it between kernels, not while workers allocate.
@@ -812,10 +814,16 @@ pub unsafe extern "C" fn tempalloc_checkpoint(
     status(
         guard(|| {
             let alloc = &mut alloc?.0;
+            // Room first, so that a checkpoint taken is never dropped (and
+            // the push below never aborts).
+            alloc
+                .checkpoints
+                .try_reserve(1)
+                .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?;
+            let cp = alloc.temp.checkpoint().map_err(code)?;
             let serial = alloc.next_serial;
             alloc.next_serial += 1;
             let depth = alloc.checkpoints.len();
-            let cp = alloc.temp.checkpoint();
             alloc.checkpoints.push((serial, cp));
             Ok(tempalloc_checkpoint_token {
                 allocator: alloc.id,

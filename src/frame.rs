@@ -30,7 +30,7 @@ use crate::{Error, KernelContext, TempAllocator};
 /// use tempalloc::{KernelContext, MallocAllocator, Rewind, TempAllocator};
 ///
 /// let mut temp = MallocAllocator::new();
-/// let cp = temp.checkpoint();
+/// let cp = temp.checkpoint()?;
 /// KernelContext::new(&temp).scratch::<u8>(64)?;
 /// temp.rewind(cp)?;
 /// assert_eq!(temp.stats().bytes_live, 0);
@@ -60,11 +60,20 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     /// use tempalloc::{CachingAllocator, Rewind};
     ///
     /// let mut temp = CachingAllocator::new();
-    /// let cp = Rewind::checkpoint(&temp);
+    /// let cp = Rewind::checkpoint(&temp)?;
     /// Rewind::rewind(&mut temp, cp)?;
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
-    fn checkpoint(&self) -> Self::Checkpoint;
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfMemory`] when the allocator's books of open checkpoints
+    /// must grow and the system has no memory for them (a
+    /// `CachingAllocator` past 8 nested checkpoints, say); nothing changes
+    /// then. [`FixedAllocator`](crate::FixedAllocator),
+    /// [`MallocAllocator`](crate::MallocAllocator) and
+    /// [`BumpAllocator`](crate::BumpAllocator) keep no books: always `Ok`.
+    fn checkpoint(&self) -> Result<Self::Checkpoint, Error>;
 
     /// Recycles everything handed out since `checkpoint` was taken.
     ///
@@ -72,7 +81,7 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     /// use tempalloc::{KernelContext, MallocAllocator, Rewind, TempAllocator};
     ///
     /// let mut temp = MallocAllocator::new();
-    /// let cp = temp.checkpoint();
+    /// let cp = temp.checkpoint()?;
     /// KernelContext::new(&temp).scratch::<u8>(64)?;
     /// temp.rewind(cp)?;
     /// assert_eq!(temp.stats().system_frees, 1);
@@ -282,7 +291,7 @@ impl<'f, A: Rewind> Frame<'f, A> {
             }
         }
         // SAFETY: as in `ctx`: a shared reference for one call.
-        let cp = unsafe { self.temp.as_ref() }.checkpoint();
+        let cp = unsafe { self.temp.as_ref() }.checkpoint()?;
         let mut guard = RewindOnDrop(self.temp, Some(cp));
         let result = f(self.temp);
         let rewound = guard.rewind();

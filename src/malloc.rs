@@ -55,7 +55,7 @@ pub(crate) fn next_id() -> u64 {
 /// use tempalloc::{MallocAllocator, Rewind};
 ///
 /// let mut temp = MallocAllocator::new();
-/// let cp = temp.checkpoint();
+/// let cp = temp.checkpoint()?;
 /// temp.rewind(cp)?;
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
@@ -185,13 +185,14 @@ impl Drop for MallocAllocator {
 unsafe impl Rewind for MallocAllocator {
     type Checkpoint = MallocCheckpoint;
 
-    fn checkpoint(&self) -> MallocCheckpoint {
+    /// Never fails: the checkpoint is the length of the list of live blocks.
+    fn checkpoint(&self) -> Result<MallocCheckpoint, Error> {
         let state = self.state();
-        MallocCheckpoint {
+        Ok(MallocCheckpoint {
             allocator: self.id,
             resets: state.stats.resets,
             live: state.live.len(),
-        }
+        })
     }
 
     fn rewind(&mut self, checkpoint: MallocCheckpoint) -> Result<(), Error> {

@@ -184,21 +184,26 @@ impl RecordingAllocator<CachingAllocator> {
     /// use tempalloc::{CachingAllocator, KernelContext, RecordingAllocator};
     ///
     /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
-    /// let cp = temp.checkpoint();
+    /// let cp = temp.checkpoint()?;
     /// KernelContext::new(&temp).scratch::<u8>(64)?;
     /// temp.rewind(cp)?;
     /// assert_eq!(temp.trace().to_string(), "c 0\na 64 1\nw 0\n");
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
-    pub fn checkpoint(&mut self) -> RecordedCheckpoint {
+    ///
+    /// # Errors
+    ///
+    /// As [`CachingAllocator::checkpoint`]; the checkpoint is recorded
+    /// either way, as the runtime asked for it.
+    pub fn checkpoint(&mut self) -> Result<RecordedCheckpoint, Error> {
         let log = self.events_mut();
         let id = log.checkpoints;
         log.checkpoints += 1;
         log.events.push(Event::Checkpoint { id });
-        RecordedCheckpoint {
+        Ok(RecordedCheckpoint {
             id,
-            inner: self.inner.checkpoint(),
-        }
+            inner: self.inner.checkpoint()?,
+        })
     }
 
     /// [`CachingAllocator::rewind`], recorded as `w ID`.
@@ -207,7 +212,7 @@ impl RecordingAllocator<CachingAllocator> {
     /// use tempalloc::{CachingAllocator, RecordingAllocator};
     ///
     /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
-    /// let cp = temp.checkpoint();
+    /// let cp = temp.checkpoint()?;
     /// temp.rewind(cp)?;
     /// assert_eq!(temp.trace().len(), 2);
     /// # Ok::<(), tempalloc::Error>(())
@@ -233,7 +238,7 @@ impl RecordingAllocator<CachingAllocator> {
 /// use tempalloc::{CachingAllocator, RecordingAllocator};
 ///
 /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
-/// let cp = temp.checkpoint();
+/// let cp = temp.checkpoint()?;
 /// assert_eq!(cp.id(), 0);
 /// temp.rewind(cp)?;
 /// # Ok::<(), tempalloc::Error>(())
@@ -252,7 +257,7 @@ impl RecordedCheckpoint {
     /// use tempalloc::{CachingAllocator, RecordingAllocator};
     ///
     /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
-    /// let (a, b) = (temp.checkpoint(), temp.checkpoint());
+    /// let (a, b) = (temp.checkpoint()?, temp.checkpoint()?);
     /// assert_eq!((a.id(), b.id()), (0, 1));
     /// temp.rewind(b)?;
     /// temp.rewind(a)?;

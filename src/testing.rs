@@ -148,7 +148,7 @@ unsafe impl<A: TempAllocator> TempAllocator for FailAt<A> {
 unsafe impl<A: Rewind> Rewind for FailAt<A> {
     type Checkpoint = A::Checkpoint;
 
-    fn checkpoint(&self) -> A::Checkpoint {
+    fn checkpoint(&self) -> Result<A::Checkpoint, Error> {
         self.inner.checkpoint()
     }
 

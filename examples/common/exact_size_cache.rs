@@ -322,13 +322,13 @@ impl Drop for ExactSizeCache {
 unsafe impl Rewind for ExactSizeCache {
     type Checkpoint = ExactCheckpoint;
 
-    fn checkpoint(&self) -> ExactCheckpoint {
+    fn checkpoint(&self) -> Result<ExactCheckpoint, Error> {
         let state = self.state();
-        ExactCheckpoint {
+        Ok(ExactCheckpoint {
             allocator: self.id,
             resets: state.stats.resets,
             served: state.stats.allocations,
-        }
+        })
     }
 
     fn rewind(&mut self, checkpoint: ExactCheckpoint) -> Result<(), Error> {

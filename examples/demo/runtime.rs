@@ -287,14 +287,14 @@ pub struct TimedCheckpoint<C> {
 unsafe impl<A: Rewind> Rewind for Timed<A> {
     type Checkpoint = TimedCheckpoint<A::Checkpoint>;
 
-    fn checkpoint(&self) -> Self::Checkpoint {
+    fn checkpoint(&self) -> Result<Self::Checkpoint, Error> {
         let start = Instant::now();
         let inner = self.inner.checkpoint();
         self.add(start);
-        TimedCheckpoint {
-            inner,
+        Ok(TimedCheckpoint {
+            inner: inner?,
             live: self.live.load(Relaxed),
-        }
+        })
     }
 
     fn rewind(&mut self, checkpoint: Self::Checkpoint) -> Result<(), Error> {

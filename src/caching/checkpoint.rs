@@ -16,7 +16,7 @@ use crate::{Error, Frame, Rewind};
 /// use tempalloc::{CachingAllocator, KernelContext};
 ///
 /// let mut temp = CachingAllocator::new();
-/// let cp = temp.checkpoint();
+/// let cp = temp.checkpoint()?;
 /// KernelContext::new(&temp).scratch::<u8>(64)?;
 /// temp.rewind(cp)?;
 /// # Ok::<(), tempalloc::Error>(())
@@ -83,7 +83,7 @@ impl CachingAllocator {
     ///
     /// let mut temp = CachingAllocator::new();
     /// let kv = KernelContext::new(&temp).scratch::<u8>(1000)?.as_mut_ptr();
-    /// let cp = temp.checkpoint();
+    /// let cp = temp.checkpoint()?;
     /// let a = KernelContext::new(&temp).scratch::<u8>(500)?.as_mut_ptr();
     /// temp.rewind(cp)?;
     /// let b = KernelContext::new(&temp).scratch::<u8>(500)?.as_mut_ptr();
@@ -98,13 +98,18 @@ impl CachingAllocator {
     /// use tempalloc::{CachingAllocator, KernelContext};
     ///
     /// let mut temp = CachingAllocator::new();
-    /// let cp = temp.checkpoint();
+    /// let cp = temp.checkpoint().unwrap();
     /// let ctx = KernelContext::new(&temp);
     /// let tile = ctx.scratch::<f32>(16).unwrap();
     /// temp.rewind(cp).unwrap(); // error: `temp` is still borrowed by `tile`
     /// tile[0] = 1.0;
     /// ```
-    pub fn checkpoint(&self) -> Checkpoint {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfMemory`] when the books of open checkpoints must grow
+    /// (past 8 nested ones) and the system has no memory for them.
+    pub fn checkpoint(&self) -> Result<Checkpoint, Error> {
         let mut shared = self.lock();
         let depth = shared.open.len();
         let serial = shared.next_serial;
@@ -119,12 +124,12 @@ impl CachingAllocator {
         for region in self.regions.iter(claimed).chain([&self.locked]) {
             region.cold(token).mark(region, depth);
         }
-        Checkpoint {
+        Ok(Checkpoint {
             allocator: self.id,
             resets: shared.totals.resets,
             depth,
             serial,
-        }
+        })
     }
 
     /// Recycles everything allocated since `checkpoint` was taken. Needs
@@ -136,9 +141,9 @@ impl CachingAllocator {
     /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
     ///
     /// let mut temp = CachingAllocator::new();
-    /// let outer = temp.checkpoint();
+    /// let outer = temp.checkpoint()?;
     /// KernelContext::new(&temp).scratch::<u8>(100)?;
-    /// let inner = temp.checkpoint();
+    /// let inner = temp.checkpoint()?;
     /// KernelContext::new(&temp).scratch::<u8>(200)?;
     /// temp.rewind(inner)?;
     /// assert_eq!(temp.stats().bytes_live, 100);
@@ -217,7 +222,7 @@ unsafe impl Rewind for CachingAllocator {
     type Checkpoint = Checkpoint;
 
     #[inline]
-    fn checkpoint(&self) -> Checkpoint {
+    fn checkpoint(&self) -> Result<Checkpoint, Error> {
         CachingAllocator::checkpoint(self)
     }
 

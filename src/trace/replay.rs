@@ -264,7 +264,7 @@ impl Trace {
                 Event::Thread { id } => thread = id,
                 Event::Checkpoint { id } => {
                     run_threads(temp, &mut pending)?;
-                    checkpoints.insert(id, temp.checkpoint());
+                    checkpoints.insert(id, temp.checkpoint()?);
                 }
                 Event::Rewind { id } => {
                     run_threads(temp, &mut pending)?;

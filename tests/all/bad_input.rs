@@ -335,7 +335,7 @@ fn stale_checkpoints() {
         let other = CachingAllocator::with_config(config);
 
         // Taken before a reset.
-        let cp = temp.checkpoint();
+        let cp = temp.checkpoint().unwrap();
         temp.reset();
         assert_eq!(
             temp.rewind(cp).unwrap_err(),
@@ -346,7 +346,7 @@ fn stale_checkpoints() {
         );
 
         // Another allocator's.
-        let cp = other.checkpoint();
+        let cp = other.checkpoint().unwrap();
         assert_eq!(temp.rewind(cp).unwrap_err(), Error::ForeignCheckpoint);
 
         // An inner checkpoint whose block an outer rewind gave back.
@@ -354,11 +354,11 @@ fn stale_checkpoints() {
             let ctx = KernelContext::new(&temp);
             fill(ctx.allocate_temp(1000, 64).unwrap(), 1).as_ptr()
         };
-        let outer = temp.checkpoint();
+        let outer = temp.checkpoint().unwrap();
         KernelContext::new(&temp)
             .allocate_temp(100_000, 64)
             .unwrap();
-        let inner = temp.checkpoint();
+        let inner = temp.checkpoint().unwrap();
         temp.rewind(outer).unwrap();
         let err = temp.rewind(inner).unwrap_err();
         assert_eq!(err, Error::CheckpointClosed { depth: 1, open: 0 });
@@ -368,7 +368,7 @@ fn stale_checkpoints() {
         // allocator serves and rewinds as before.
         // SAFETY: 1000 bytes handed out before both checkpoints, not reset since.
         check(unsafe { std::slice::from_raw_parts(kept, 1000) }, 1);
-        let cp = temp.checkpoint();
+        let cp = temp.checkpoint().unwrap();
         fill(KernelContext::new(&temp).allocate_temp(500, 8).unwrap(), 2);
         temp.rewind(cp).unwrap();
         // SAFETY: as above.

@@ -166,9 +166,9 @@ fn a_kernel_failure_inside_a_frame_is_returned_and_the_frame_goes_on() {
 fn stale_and_foreign_checkpoints_are_refused_and_closed_ones_do_nothing() {
     let mut temp = BumpAllocator::new();
     refuses_foreign_and_stale(&mut temp, &BumpAllocator::new());
-    let outer = temp.checkpoint();
+    let outer = temp.checkpoint().unwrap();
     let kept = fill(KernelContext::new(&temp).allocate_temp(100, 8).unwrap(), 3).as_mut_ptr();
-    let inner = temp.checkpoint();
+    let inner = temp.checkpoint().unwrap();
     temp.rewind(outer).unwrap();
     temp.rewind(inner).unwrap();
     // SAFETY: no rewind recycles bump memory, and no reset came since the

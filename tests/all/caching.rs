@@ -179,11 +179,11 @@ fn checkpoints_nest_three_deep() {
     );
     let inference_ptr = inference.as_ptr();
 
-    let cp1 = temp.checkpoint();
+    let cp1 = temp.checkpoint().unwrap();
     let a1 = addr(KernelContext::new(&temp).allocate_temp(3000, 64).unwrap());
-    let cp2 = temp.checkpoint();
+    let cp2 = temp.checkpoint().unwrap();
     let a2 = addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap());
-    let cp3 = temp.checkpoint();
+    let cp3 = temp.checkpoint().unwrap();
     // Past the first commit: the region grows (a heap region moves on).
     let a3 = addr(
         KernelContext::new(&temp)
@@ -196,7 +196,7 @@ fn checkpoints_nest_three_deep() {
     assert_eq!(temp.stats().bytes_live, 10_000 + 3000 + 5000);
     // The memory stays for the next kernel: the same request again takes
     // nothing from the system.
-    let cp3 = temp.checkpoint();
+    let cp3 = temp.checkpoint().unwrap();
     let again = addr(
         KernelContext::new(&temp)
             .allocate_temp(200_000, 64)
@@ -234,7 +234,7 @@ fn checkpoints_nest_three_deep() {
 #[test]
 fn stale_checkpoints_are_refused() {
     let mut temp = fast_allocator();
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
     temp.reset();
     assert_eq!(
@@ -247,7 +247,7 @@ fn stale_checkpoints_are_refused() {
 
     let other = fast_allocator();
     assert_eq!(
-        temp.rewind(other.checkpoint()).unwrap_err(),
+        temp.rewind(other.checkpoint().unwrap()).unwrap_err(),
         Error::ForeignCheckpoint
     );
     // A checkpoint inside a block an earlier rewind released: bad_input.rs.

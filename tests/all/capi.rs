@@ -250,9 +250,9 @@ fn c_checkpoints_take_memory_in_the_first_round_only() {
     };
     let mut rust = CachingAllocator::new();
     let rust_round = |rust: &mut CachingAllocator| {
-        let inference = rust.checkpoint();
+        let inference = rust.checkpoint().unwrap();
         for _ in 0..3 {
-            let kernel = rust.checkpoint();
+            let kernel = rust.checkpoint().unwrap();
             KernelContext::new(rust).allocate_temp(10_000, 64).unwrap();
             rust.rewind(kernel).unwrap();
         }

@@ -100,7 +100,7 @@ fn reset_and_rewind_poison_recycled_memory() {
         let ctx = KernelContext::new(&temp);
         fill(ctx.allocate_temp(32, 8).unwrap(), 2).as_ptr()
     };
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     let dropped = {
         let ctx = KernelContext::new(&temp);
         fill(ctx.allocate_temp(48, 8).unwrap(), 3).as_ptr()
@@ -126,7 +126,7 @@ fn reset_and_rewind_poison_recycled_memory() {
 #[test]
 fn a_rewind_checks_the_canaries_it_recycles() {
     let mut temp = checked();
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     let a = raw(&temp, 7, 1);
     // SAFETY: the first canary byte, inside the block.
     unsafe { a.add(7).write(0) };

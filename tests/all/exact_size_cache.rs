@@ -171,7 +171,7 @@ fn empty_trace_replays() {
 fn a_rewind_recycles_the_blocks_served_after_the_checkpoint() {
     let mut temp = ExactSizeCache::new();
     let kept = alloc(&temp, 1000, 64);
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     let after = [alloc(&temp, 2000, 64), alloc(&temp, 1000, 64)];
     temp.rewind(cp).unwrap();
     assert_eq!(temp.stats().system_frees, 0, "under the cap: cached");
@@ -186,12 +186,12 @@ fn a_rewind_recycles_the_blocks_served_after_the_checkpoint() {
 #[test]
 fn over_the_cap_a_rewind_frees_what_is_not_live() {
     let mut temp = ExactSizeCache::with_cap(4096);
-    let kept = temp.checkpoint();
+    let kept = temp.checkpoint().unwrap();
     alloc(&temp, 100, 64);
     temp.rewind(kept).unwrap();
     // Cached: 163 B; live: 1063 B; then 5063 B more take it past the cap.
     let live = alloc(&temp, 1000, 64);
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     alloc(&temp, 5000, 64);
     temp.rewind(cp).unwrap();
     let s = temp.stats();

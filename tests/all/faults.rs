@@ -69,7 +69,7 @@ fn run_workload(temp: &mut CachingAllocator) -> Option<(usize, Call, Option<Erro
                 Ok(())
             }
             Rewound(size) => {
-                let cp = temp.checkpoint();
+                let cp = temp.checkpoint().unwrap();
                 let r = KernelContext::new(temp)
                     .allocate_temp(size, 64)
                     .map(|b| {

@@ -430,11 +430,11 @@ fn a_kernel_outgrowing_its_block_converges_to_one_block_sized_to_the_peak() {
 fn rewind_refuses_stale_and_foreign_checkpoints() {
     let mut a = MallocAllocator::new();
     let mut b = MallocAllocator::new();
-    let foreign = b.checkpoint();
+    let foreign = b.checkpoint().unwrap();
     KernelContext::new(&a).scratch::<u8>(10).unwrap();
     assert_eq!(a.rewind(foreign), Err(Error::ForeignCheckpoint));
     assert_eq!(a.stats().bytes_live, 10, "nothing changed");
-    let cp = a.checkpoint();
+    let cp = a.checkpoint().unwrap();
     a.reset();
     assert_eq!(
         a.rewind(cp),
@@ -444,11 +444,11 @@ fn rewind_refuses_stale_and_foreign_checkpoints() {
         })
     );
     // A checkpoint past what a rewind released.
-    let early = a.checkpoint();
+    let early = a.checkpoint().unwrap();
     KernelContext::new(&a).scratch::<u8>(10).unwrap();
-    let late = a.checkpoint();
+    let late = a.checkpoint().unwrap();
     a.rewind(early).unwrap();
     assert!(matches!(a.rewind(late), Err(Error::StaleCheckpoint { .. })));
     assert_eq!(a.stats().bytes_live, 0);
-    let _ = b.rewind(b.checkpoint());
+    let _ = b.rewind(b.checkpoint().unwrap());
 }

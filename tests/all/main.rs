@@ -12,6 +12,7 @@ mod counting;
 #[cfg(all(feature = "std", feature = "dyn-stack"))]
 mod dyn_stack;
 mod fixed;
+mod frame_api;
 mod frames;
 mod patterns;
 mod stats;

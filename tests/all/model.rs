@@ -221,7 +221,7 @@ fn run(setup: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
                 m.bytes_requested += size as u64;
             }
             Op::Checkpoint { who } => {
-                let cp = temps[who].checkpoint();
+                let cp = temps[who].checkpoint().unwrap();
                 let m = &mut models[who];
                 m.checkpoints.push((cp, m.live.len()));
             }

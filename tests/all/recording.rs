@@ -141,7 +141,7 @@ fn worker_threads_and_checkpoints_are_recorded_and_replayed_faithfully() {
     let mut temp = RecordingAllocator::new(CachingAllocator::new());
     for _ in 0..2 {
         // One kernel: a checkpoint, a buffer on this thread and one on a worker, a rewind.
-        let cp = temp.checkpoint();
+        let cp = temp.checkpoint().unwrap();
         KernelContext::new(&temp)
             .scratch::<u8>(4096)
             .expect("the runtime thread's scratch");

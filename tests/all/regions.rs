@@ -136,7 +136,7 @@ fn workers_that_exit_early_leave_their_number_but_not_their_scratch() {
         let mut temp = CachingAllocator::with_config(config);
         let mut warm = None;
         for kernel in 0..scaled(8, 4) {
-            let cp = temp.checkpoint();
+            let cp = temp.checkpoint().unwrap();
             let ranges = match kernel % 2 {
                 0 => all_at_once(&temp, threads, 1, size),
                 _ => one_after_another(&temp, threads, size),
@@ -481,7 +481,7 @@ fn the_per_kernel_checkpoint_pattern_takes_memory_once() {
     let mut temp = CachingAllocator::new();
     for _ in 0..3 {
         for _ in 0..10 {
-            let cp = temp.checkpoint();
+            let cp = temp.checkpoint().unwrap();
             KernelContext::new(&temp).scratch::<u8>(1000).unwrap();
             temp.rewind(cp).unwrap();
         }
@@ -503,7 +503,7 @@ fn the_per_kernel_checkpoint_pattern_with_four_fresh_threads_per_kernel() {
         let mut after_first = None;
         for inference in 0..scaled(3, 2) {
             for _kernel in 0..scaled(10, 2) {
-                let cp = temp.checkpoint();
+                let cp = temp.checkpoint().unwrap();
                 all_at_once(&temp, threads, 2, 1000);
                 temp.rewind(cp).unwrap();
             }
@@ -631,25 +631,25 @@ fn every_checkpoint_rule_is_an_error_that_names_it() {
     .as_ptr();
 
     // Another allocator's.
-    let err = temp.rewind(other.checkpoint()).unwrap_err();
+    let err = temp.rewind(other.checkpoint().unwrap()).unwrap_err();
     assert_eq!(err, Error::ForeignCheckpoint);
     assert!(err.to_string().contains("another allocator"), "{err}");
 
     // Outer rewound first: the inner one is closed, whatever it marked.
-    let outer = temp.checkpoint();
+    let outer = temp.checkpoint().unwrap();
     KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
-    let inner = temp.checkpoint();
+    let inner = temp.checkpoint().unwrap();
     KernelContext::new(&temp).allocate_temp(200, 8).unwrap();
     temp.rewind(outer).unwrap();
     let err = temp.rewind(inner).unwrap_err();
     assert_eq!(err, Error::CheckpointClosed { depth: 1, open: 0 });
 
     // A later checkpoint at the same depth does not revive the closed one.
-    let again = temp.checkpoint();
+    let again = temp.checkpoint().unwrap();
     let stale_twin = {
-        let cp = temp.checkpoint();
+        let cp = temp.checkpoint().unwrap();
         temp.rewind(cp).unwrap();
-        temp.checkpoint()
+        temp.checkpoint().unwrap()
     };
     temp.rewind(again).unwrap();
     assert!(matches!(
@@ -660,7 +660,7 @@ fn every_checkpoint_rule_is_an_error_that_names_it() {
     // Taken before a reset.
     // SAFETY: 1000 bytes taken before every checkpoint, not reset yet.
     check(unsafe { std::slice::from_raw_parts(kept, 1000) }, 1);
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     temp.reset();
     let err = temp.rewind(cp).unwrap_err();
     assert_eq!(
@@ -673,7 +673,7 @@ fn every_checkpoint_rule_is_an_error_that_names_it() {
     assert!(err.to_string().contains("reset"), "{err}");
 
     // Nothing changed: checkpoints still work, with debug checks clean.
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
     temp.rewind(cp).unwrap();
     assert_eq!(temp.stats().bytes_live, 0);
@@ -683,9 +683,9 @@ fn every_checkpoint_rule_is_an_error_that_names_it() {
 #[test]
 fn debug_checks_see_no_false_canary_damage_after_out_of_order_rewinds() {
     let mut temp = CachingAllocator::with_config(fast().debug_checks(true));
-    let outer = temp.checkpoint();
+    let outer = temp.checkpoint().unwrap();
     KernelContext::new(&temp).allocate_temp(300, 8).unwrap();
-    let inner = temp.checkpoint();
+    let inner = temp.checkpoint().unwrap();
     KernelContext::new(&temp).allocate_temp(300, 8).unwrap();
     temp.rewind(outer).unwrap();
     assert!(temp.rewind(inner).is_err());
@@ -699,7 +699,7 @@ fn debug_checks_see_no_false_canary_damage_after_out_of_order_rewinds() {
 fn live_bytes_and_the_window_high_water_follow_each_window() {
     let mut temp = CachingAllocator::with_config(fast());
     KernelContext::new(&temp).allocate_temp(3000, 8).unwrap();
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     KernelContext::new(&temp).allocate_temp(5000, 8).unwrap();
     temp.rewind(cp).unwrap();
     let s = temp.stats();
@@ -752,7 +752,7 @@ fn trim_gives_pages_back_and_the_next_window_takes_them_again() {
         4,
     )
     .as_ptr();
-    let cp = temp.checkpoint();
+    let cp = temp.checkpoint().unwrap();
     KernelContext::new(&temp)
         .allocate_temp(2 << 20, 64)
         .unwrap();

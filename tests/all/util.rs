@@ -168,10 +168,10 @@ impl Lcg {
 /// that a reset made stale; the caller checks that nothing changed.
 pub fn refuses_foreign_and_stale<A: Rewind>(temp: &mut A, other: &A) {
     assert_eq!(
-        temp.rewind(other.checkpoint()),
+        temp.rewind(other.checkpoint().unwrap()),
         Err(Error::ForeignCheckpoint)
     );
-    let stale = temp.checkpoint();
+    let stale = temp.checkpoint().unwrap();
     temp.reset();
     assert_eq!(
         temp.rewind(stale),
