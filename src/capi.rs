@@ -69,6 +69,9 @@ pub const TEMPALLOC_ERROR_INVALID_ARGUMENT: tempalloc_error = 10;
 /// In debug builds: the handle is not a live handle of the expected kind (a
 /// destroyed handle, or another kind of handle), where that can be seen.
 pub const TEMPALLOC_ERROR_INVALID_HANDLE: tempalloc_error = 11;
+/// [`Error::FrameSuspended`] (not produced by the C API, which has no
+/// frames; mirrored for completeness).
+pub const TEMPALLOC_ERROR_FRAME_SUSPENDED: tempalloc_error = 12;
 
 /// The word a live allocator handle starts with (debug builds check it).
 const ALLOCATOR_MAGIC: u64 = 0x7465_6d70_616c_6c31; // "tempall1"
@@ -91,6 +94,7 @@ fn code(error: Error) -> tempalloc_error {
         | Error::ForeignCheckpoint
         | Error::CheckpointClosed { .. } => TEMPALLOC_ERROR_STALE_CHECKPOINT,
         Error::CanaryCorrupted { .. } => TEMPALLOC_ERROR_CANARY_CORRUPTED,
+        Error::FrameSuspended { .. } => TEMPALLOC_ERROR_FRAME_SUSPENDED,
     }
 }
 
@@ -924,6 +928,7 @@ pub extern "C" fn tempalloc_error_message(code: tempalloc_error) -> *const c_cha
         TEMPALLOC_ERROR_INVALID_HANDLE => {
             c"invalid handle: destroyed, or not a handle of this kind (debug builds)"
         }
+        TEMPALLOC_ERROR_FRAME_SUSPENDED => c"frame suspended: not produced by the C API",
         _ => c"unknown tempalloc error code",
     };
     message.as_ptr()
@@ -979,6 +984,10 @@ mod tests {
                 },
                 TEMPALLOC_ERROR_CANARY_CORRUPTED,
             ),
+            (
+                Error::FrameSuspended { depth: 1, open: 2 },
+                TEMPALLOC_ERROR_FRAME_SUSPENDED,
+            ),
         ];
         let mut seen = Vec::new();
         for (error, expected) in cases {
@@ -986,7 +995,7 @@ mod tests {
             assert!(!seen.contains(&expected), "code {expected} used twice");
             seen.push(expected);
         }
-        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_INVALID_HANDLE {
+        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_FRAME_SUSPENDED {
             assert_ne!(message(c), "unknown tempalloc error code", "code {c}");
         }
         assert_eq!(message(-1), "unknown tempalloc error code");

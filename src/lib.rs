@@ -49,19 +49,24 @@
 //! With a [`Rewind`] allocator such as [`CachingAllocator`], a runtime runs
 //! each inference in a [`Frame`] and each kernel in a kernel frame, so
 //! inference-long scratch (activations) survives the per-kernel recycling
-//! without `unsafe`; see [`CachingAllocator::frame`].
+//! without `unsafe`; see [`CachingAllocator::frame`]. A frame takes scratch
+//! with the context's methods (it derefs to a [`KernelContext`]), and
+//! collections that grow between kernels use its
+//! [`allocator`](Frame::allocator). Kernels and runtimes return their own
+//! error type: anything [`Error`] converts into.
 //!
 //! # Features
 //!
 //! - `std` (default): everything below [`FixedAllocator`] in the list above,
 //!   [`BlockCache`], [`trace`] and [`testing`]. Without it the crate is
 //!   `#![no_std]` and needs no heap: [`TempAllocator`], [`KernelContext`],
-//!   [`with_context`], [`Rewind`], [`Frame`], [`Error`], [`Stats`] and
-//!   [`FixedAllocator`] use only `core` (and compare-and-swap, which
+//!   [`with_context`], [`Rewind`], [`Frame`], [`FrameAllocator`], [`Error`],
+//!   [`Stats`] and [`FixedAllocator`] use only `core` (and compare-and-swap, which
 //!   Cortex-M3 and later have), so a kernel builds unchanged for a
 //!   microcontroller. CI builds that configuration for
 //!   `thumbv7em-none-eabihf`.
-//! - `alloc`: [`ScratchVec`] and the `TempAllocator` impl for `Box`, for
+//! - `alloc`: [`ScratchVec`], [`FrameVec`], [`ScratchVecExt`] and the
+//!   `TempAllocator` impl for `Box`, for
 //!   targets with a global allocator but no operating system (`std` turns
 //!   it on).
 //! - `capi`: the C API (module `capi`, docs/capi.md); `cli`: the
@@ -97,15 +102,14 @@ mod temp;
 pub use context::{KernelContext, with_context};
 pub use error::Error;
 pub use fixed::{FixedAllocator, FixedCheckpoint};
-pub use frame::{Frame, Rewind};
+pub use frame::{Frame, FrameAllocator, Rewind};
 pub use stats::Stats;
 pub use temp::TempAllocator;
 
 #[cfg(feature = "alloc")]
-pub use context::ScratchVec;
-
-#[allow(deprecated)]
-pub use context::SyncKernelContext;
+mod scratch_vec;
+#[cfg(feature = "alloc")]
+pub use scratch_vec::{FrameVec, ScratchVec, ScratchVecExt};
 
 /// Puts `#[cfg(feature = "std")]` on each item it is given.
 macro_rules! with_std {
@@ -145,3 +149,16 @@ pub use bytemuck::Zeroable;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// Names removed before the first release stay removed (issue 20):
+///
+/// ```compile_fail,E0432
+/// use tempalloc::SyncKernelContext;
+/// ```
+///
+/// ```compile_fail,E0599
+/// let temp = tempalloc::MallocAllocator::new();
+/// let _ = tempalloc::KernelContext::new_sync(&temp);
+/// ```
+#[cfg(doctest)]
+struct RemovedItems;

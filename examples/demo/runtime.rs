@@ -332,7 +332,7 @@ mod tests {
         let r = temp.frame(|inf| {
             inf.scratch::<u8>(1000)?;
             inf.kernel(|ctx| Ok(ctx.scratch::<u8>(5000)?.len()))?;
-            inf.kernel(|ctx| Ok(ctx.scratch::<u8>(3000)?.len()))
+            inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch::<u8>(3000)?.len()))
         });
         assert_eq!(r, Ok(3000));
     }

@@ -10,7 +10,7 @@
 
 use core::mem::MaybeUninit;
 
-use tempalloc::{Error, FixedAllocator, KernelContext, Rewind};
+use tempalloc::{Error, FixedAllocator, Frame, KernelContext, Rewind};
 
 /// Normalises each row of `x` (`cols` wide) by its root mean square, scales
 /// it by `weight`, and quantizes it to `i8` with one scale per row:
@@ -62,11 +62,27 @@ pub fn run_on_buffer(
     scales: &mut [f32],
 ) -> Result<usize, Error> {
     let mut temp = FixedAllocator::new(buf);
-    temp.frame(|inf| {
-        let input = inf.scratch_copy(x)?;
-        inf.kernel(|ctx| rms_norm_quantize(ctx, input, weight, out, scales))?;
-        Ok(inf.stats().high_water)
-    })
+    temp.frame(|inf| step(inf, x, weight, out, scales))
+}
+
+/// One inference step in a frame the caller runs: a library names the
+/// frame's allocator (`Frame` has no default type), so this signature means
+/// the same whether or not anything in the build turns on `tempalloc/std`
+/// (CI builds this crate both ways).
+///
+/// # Errors
+///
+/// As [`run_on_buffer`].
+pub fn step(
+    inf: &mut Frame<'_, FixedAllocator<'_>>,
+    x: &[f32],
+    weight: &[f32],
+    out: &mut [i8],
+    scales: &mut [f32],
+) -> Result<usize, Error> {
+    let input = inf.scratch_copy(x)?;
+    inf.kernel(|ctx| rms_norm_quantize(ctx, input, weight, out, scales))?;
+    Ok(inf.stats().high_water)
 }
 
 #[cfg(test)]
