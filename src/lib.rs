@@ -20,6 +20,7 @@
 //! - [`FixedAllocator`]: a caller's buffer, never a system allocation.
 //! - [`MallocAllocator`]: every request is a system allocation; the baseline.
 //! - [`BumpAllocator`]: a `bumpalo::Bump` behind the trait, single-threaded.
+//! - [`AnyTemp`]: one of the above, picked at run time, with frames.
 //! - [`RecordingAllocator`]: any of them, recording every call as a
 //!   [`trace::Trace`] that [`trace`] can write, read, generate and replay.
 //!
@@ -118,6 +119,7 @@ macro_rules! with_std {
 
 // `std`: the allocators that take memory from the system, and their tools.
 with_std! {
+    mod any;
     mod block;
     mod block_cache;
     mod bump;
@@ -129,6 +131,7 @@ with_std! {
     pub mod testing;
     pub mod trace;
 
+    pub use any::{AnyCheckpoint, AnyTemp};
     pub use block_cache::{BlockCache, CacheStats};
     pub use bump::{BumpAllocator, BumpCheckpoint};
     pub use caching::{CachingAllocator, CachingConfig, Checkpoint};

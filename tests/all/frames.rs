@@ -24,6 +24,9 @@ macro_rules! for_each_rewind {
     ($body:ident) => {{
         #[cfg(feature = "std")]
         $body(&mut caching());
+        // The same through the run-time choice (issue 20, item 4).
+        #[cfg(feature = "std")]
+        $body(&mut tempalloc::AnyTemp::from(caching()));
         // Uninitialised without a per-byte loop, which Miri would interpret.
         let mut buf = Box::<[u8]>::new_uninit_slice(1 << 20);
         $body(&mut FixedAllocator::new(&mut buf));

@@ -25,6 +25,7 @@ macro_rules! with_std {
 
 // The modules that need the library's `std` allocators.
 with_std! {
+    mod any_temp;
     mod bad_input;
     mod bump;
     mod caching;
