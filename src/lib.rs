@@ -163,5 +163,16 @@ struct ReadmeDoctests;
 /// let temp = tempalloc::MallocAllocator::new();
 /// let _ = tempalloc::KernelContext::new_sync(&temp);
 /// ```
+///
+/// The workloads' generator and median are private (the demo and benches
+/// include their file as source):
+///
+/// ```compile_fail,E0432
+/// use tempalloc::trace::SplitMix64;
+/// ```
+///
+/// ```compile_fail,E0425
+/// let _ = tempalloc::trace::median(&mut [1.0]);
+/// ```
 #[cfg(doctest)]
 struct RemovedItems;

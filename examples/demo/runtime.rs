@@ -244,7 +244,7 @@ pub fn timer_overhead_ns() -> f64 {
             start.elapsed().as_nanos() as f64
         })
         .collect();
-    tempalloc::trace::median(&mut samples)
+    crate::numbers::median(&mut samples)
 }
 
 // SAFETY: every call is forwarded to `inner` unchanged, so `inner`'s

@@ -136,7 +136,7 @@ fn recording_a_sync_allocator_is_sync() {
 #[test]
 fn worker_threads_and_checkpoints_are_recorded_and_replayed_faithfully() {
     use tempalloc::trace::Event;
-    use tempalloc::{CachingAllocator, KernelContext, RecordingAllocator, TempAllocator};
+    use tempalloc::{CachingAllocator, KernelContext, RecordingAllocator, Rewind, TempAllocator};
 
     let mut temp = RecordingAllocator::new(CachingAllocator::new());
     for _ in 0..2 {
@@ -201,4 +201,32 @@ fn traces_written_before_threads_and_checkpoints_still_read() {
             assert!(trace.requests() > 0, "{name}");
         }
     }
+}
+
+/// Issue 20, item 8: a recorder over any `Rewind` allocator runs frames, and
+/// the trace replays them through `CachingAllocator` with the same
+/// checkpoints and rewinds.
+#[test]
+fn frames_over_a_recorder_record_their_checkpoints_and_replay() {
+    use tempalloc::{Error, MallocAllocator, RecordingAllocator, Rewind, TempAllocator};
+    let mut temp = RecordingAllocator::new(MallocAllocator::new());
+    let sum = temp.frame(|inf| {
+        let act = inf.scratch_fill(10, 2u32)?;
+        let mut sum = 0;
+        for _ in 0..2 {
+            sum += inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch_copy(act)?.iter().sum::<u32>()))?;
+        }
+        Ok::<_, Error>(sum)
+    });
+    assert_eq!(sum, Ok(40));
+    assert_eq!(temp.inner().stats().bytes_live, 0);
+    let (_, trace) = temp.into_parts();
+    assert_eq!(
+        trace.to_string(),
+        "a 40 4\nc 0\na 40 4\nw 0\nc 1\na 40 4\nw 1\nr\n"
+    );
+    let replayed = trace
+        .replay_caching(&mut tempalloc::CachingAllocator::new())
+        .expect("replays");
+    assert_eq!((replayed.requests, replayed.resets), (3, 1));
 }
