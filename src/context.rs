@@ -241,7 +241,12 @@ impl<'a> KernelContext<'a> {
         Ok(unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), size) })
     }
 
-    /// `len` elements of `T`, uninitialised.
+    /// `len` elements of `T`, uninitialised. To fill them without `unsafe`,
+    /// take them initialised instead: [`scratch_with`](Self::scratch_with)
+    /// (element `i` is `f(i)`), [`scratch_fill`](Self::scratch_fill),
+    /// [`scratch_copy`](Self::scratch_copy), or
+    /// [`scratch`](Self::scratch) for zeroes (a type of your own derives
+    /// [`Zeroable`](crate::Zeroable) with the `derive` feature).
     ///
     /// ```
     /// use tempalloc::{KernelContext, MallocAllocator};

@@ -70,10 +70,20 @@
 //!   `TempAllocator` impl for `Box`, for
 //!   targets with a global allocator but no operating system (`std` turns
 //!   it on).
+//! - `derive` (default): `#[derive(tempalloc::Zeroable)]` for a kernel's own
+//!   element types, and `tempalloc::bytemuck` for its `crate` attribute
+//!   (see [`Zeroable`]).
+//! - `dyn-stack`: `KernelContext::mem_stack`, a `dyn_stack::MemStack` carved
+//!   from scratch for faer's routines, and `tempalloc::dyn_stack` (the
+//!   crate, re-exported).
 //! - `capi`: the C API (module `capi`, docs/capi.md); `cli`: the
-//!   `tempalloc-replay` binary; `dyn-stack`: `KernelContext::mem_stack`.
-//!   `capi` and `cli` turn on `std`.
+//!   `tempalloc-replay` binary. Both turn on `std`.
+//!
+//! On docs.rs every item says which feature it needs.
 #![cfg_attr(not(feature = "std"), no_std)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item says which
+// feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // The docs link the `std` allocators; without `std` those links have nothing
 // to point at, and the text stays.
 #![cfg_attr(not(feature = "std"), allow(rustdoc::broken_intra_doc_links))]
@@ -91,12 +101,12 @@ extern crate std;
 
 // `core` only: what a kernel and a heap-less runtime need.
 mod context;
-#[cfg(feature = "dyn-stack")]
-mod dyn_stack;
 mod error;
 mod failure;
 mod fixed;
 mod frame;
+#[cfg(feature = "dyn-stack")]
+mod mem_stack;
 mod stats;
 mod temp;
 
@@ -145,8 +155,36 @@ pub mod capi;
 /// use, re-exported so a user needs no version match.
 pub use allocator_api2;
 /// The marker for types whose all-zero bytes are valid, which
-/// [`KernelContext::scratch`] needs (from `bytemuck`).
+/// [`KernelContext::scratch`] needs (from `bytemuck`). With the `derive`
+/// feature (on by default) it is also bytemuck's derive macro, for a kernel's own element
+/// types; point the derive at this crate's re-export of `bytemuck`, so that
+/// it needs no dependency of its own:
+///
+/// ```
+/// use tempalloc::{KernelContext, MallocAllocator};
+///
+/// #[derive(Clone, Copy, tempalloc::Zeroable)]
+/// #[bytemuck(crate = "tempalloc::bytemuck")]
+/// struct Accum {
+///     sum: f32,
+///     count: u32,
+/// }
+///
+/// let temp = MallocAllocator::new();
+/// let acc = KernelContext::new(&temp).scratch::<Accum>(4)?;
+/// assert!(acc.iter().all(|a| a.sum == 0.0 && a.count == 0));
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
 pub use bytemuck::Zeroable;
+
+/// `bytemuck`, for `#[bytemuck(crate = "tempalloc::bytemuck")]` on a
+/// `#[derive(tempalloc::Zeroable)]` (see [`Zeroable`]).
+#[cfg(feature = "derive")]
+pub use bytemuck;
+/// `dyn-stack`, whose `StackReq` [`KernelContext::mem_stack`] takes, so a
+/// user needs no version match.
+#[cfg(feature = "dyn-stack")]
+pub use dyn_stack;
 
 // The README's example compiles and runs as a doctest, so it cannot rot.
 #[cfg(doctest)]
