@@ -30,3 +30,39 @@ grep -q 'Available on <strong>crate feature <code>capi</code></strong> only' \
     target/doc/tempalloc/capi/index.html
 grep -q 'crate feature <code>dyn-stack</code>' target/doc/tempalloc/struct.KernelContext.html
 grep -Eq '^all-features = true$' Cargo.toml
+
+# Issue 20, item 13: the C library as a C or C++ project gets it.
+step "C library: the benchmark harness's build, SONAME, release-capi"
+# The command ../shared/bench/et-compare.sh runs must keep working.
+cargo rustc --quiet --release --lib --features capi --crate-type cdylib
+cargo rustc --quiet --profile release-capi --lib --features capi --crate-type cdylib
+cargo rustc --quiet --profile release-capi --lib --features capi --crate-type staticlib
+readelf -d target/release-capi/libtempalloc.so | grep -q 'Library soname: \[libtempalloc.so.0.1\]'
+ls -l target/release/libtempalloc.so target/release-capi/libtempalloc.so target/release-capi/libtempalloc.a
+# A program linked against the shared library asks for the SONAME and runs
+# with the library installed under it.
+lib=target/soname-check
+rm -rf "$lib" && mkdir -p "$lib"
+cp target/release-capi/libtempalloc.so "$lib/libtempalloc.so.0.1"
+ln -s libtempalloc.so.0.1 "$lib/libtempalloc.so"
+cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/smoke.c -L"$lib" -ltempalloc -o "$lib/smoke"
+readelf -d "$lib/smoke" | grep -q 'Shared library: \[libtempalloc.so.0.1\]'
+LD_LIBRARY_PATH="$lib" "$lib/smoke"
+
+step "CMake example: cargo from CMake, a C++ program, install with tempalloc.pc, pkg-config"
+if ! command -v cmake >/dev/null || ! command -v pkg-config >/dev/null; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends cmake pkg-config >/dev/null
+fi
+build=target/cmake-example
+rm -rf "$build/prefix"
+cmake -S examples/cmake -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build"
+"$build/example"
+cmake --install "$build" --prefix "$PWD/$build/prefix" >/dev/null
+pcdir=$(dirname "$(find "$build/prefix" -name tempalloc.pc)")
+export PKG_CONFIG_PATH="$pcdir"
+cc -std=c99 -pedantic -Wall -Wextra -Werror tests/c/smoke.c $(pkg-config --cflags tempalloc) \
+    -o "$build/smoke" $(pkg-config --libs --static tempalloc)
+"$build/smoke"
+unset PKG_CONFIG_PATH

@@ -246,7 +246,7 @@ impl<'a> KernelContext<'a> {
     /// (element `i` is `f(i)`), [`scratch_fill`](Self::scratch_fill),
     /// [`scratch_copy`](Self::scratch_copy), or
     /// [`scratch`](Self::scratch) for zeroes (a type of your own derives
-    /// [`Zeroable`](crate::Zeroable) with the `derive` feature).
+    /// [`Zeroable`] with the `derive` feature).
     ///
     /// ```
     /// use tempalloc::{KernelContext, MallocAllocator};

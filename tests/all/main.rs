@@ -30,6 +30,8 @@ with_std! {
     mod bump;
     mod caching;
     mod capi;
+    mod capi_checks;
+    mod capi_docs;
     mod context;
     mod debug_checks;
     mod errors;
