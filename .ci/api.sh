@@ -66,3 +66,29 @@ cc -std=c99 -pedantic -Wall -Wextra -Werror tests/c/smoke.c $(pkg-config --cflag
     -o "$build/smoke" $(pkg-config --libs --static tempalloc)
 "$build/smoke"
 unset PKG_CONFIG_PATH
+
+# Issue 20, item 15: what crates.io would get, with no warning (a fresh
+# clone is clean, as `cargo package` wants).
+step "cargo package: no warning"
+cargo package 2>&1 | tee target/ci-package.log
+if grep -i 'warning' target/ci-package.log; then
+    echo "cargo package warned" >&2
+    exit 1
+fi
+for f in LICENSE-MIT LICENSE-APACHE tests/data/reference-traces.txt; do
+    cargo package --list | grep -qx "$f"
+done
+if cargo package --list | grep -E '^(\.ci/|scripts/)|\.svg$'; then
+    echo "the package ships CI, scripts or the plot" >&2
+    exit 1
+fi
+
+# The MSRV (rust-version in Cargo.toml) builds with default features and
+# with none.
+step "MSRV $(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml): default features and none"
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+if ! cargo "+$msrv" --version >/dev/null 2>&1; then
+    rustup toolchain install "$msrv" --profile minimal
+fi
+CARGO_TARGET_DIR=target/msrv cargo "+$msrv" build --lib
+CARGO_TARGET_DIR=target/msrv cargo "+$msrv" build --lib --no-default-features
