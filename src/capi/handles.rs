@@ -270,7 +270,7 @@ pub(super) unsafe fn destroy<H: Handle>(p: *mut H) {
         return;
     }
     #[cfg(debug_assertions)]
-    debug::retire(p.addr(), H::KIND, || {
+    debug::retire(p.cast(), H::KIND, || {
         // SAFETY: a live handle, taken out of the registry under its write
         // lock, so no call is using it or can start to; its contents are
         // dropped once, here, and its memory kept (never freed).
@@ -321,9 +321,16 @@ mod debug {
         /// Live handles by address, sorted.
         live: Vec<(usize, Kind)>,
         /// Destroyed handles, whose memory is kept so that no handle gets
-        /// their address again (listed so leak checkers see it reachable).
-        retired: Vec<usize>,
+        /// their address again: pointers, so that leak checkers (Miri,
+        /// LeakSanitizer) see the memory reachable. Never dereferenced.
+        retired: Vec<*mut u8>,
     }
+
+    // SAFETY: the registry's pointers are never dereferenced (they only keep
+    // their memory reachable), so sharing them between threads is harmless.
+    unsafe impl Send for Registry {}
+    // SAFETY: as above.
+    unsafe impl Sync for Registry {}
 
     static REGISTRY: RwLock<Registry> = RwLock::new(Registry {
         live: Vec::new(),
@@ -364,12 +371,14 @@ mod debug {
         }
     }
 
-    /// Takes `addr` out of the registry and runs `drop_contents`, if it is
-    /// a live handle of `kind`; else does nothing. The memory stays
+    /// Takes `handle` out of the registry and runs `drop_contents`, if it
+    /// is a live handle of `kind`; else does nothing. The memory stays
     /// allocated.
-    pub(super) fn retire(addr: usize, kind: Kind, drop_contents: impl FnOnce()) {
+    pub(super) fn retire(handle: *mut u8, kind: Kind, drop_contents: impl FnOnce()) {
         let mut registry = REGISTRY.write().unwrap_or_else(PoisonError::into_inner);
-        let Ok(i) = registry.find(addr) else { return };
+        let Ok(i) = registry.find(handle.addr()) else {
+            return;
+        };
         if registry.live[i].1 != kind {
             return;
         }
@@ -377,7 +386,7 @@ mod debug {
         drop_contents();
         // Without room the address is still never freed, only unlisted.
         if registry.retired.try_reserve(1).is_ok() {
-            registry.retired.push(addr);
+            registry.retired.push(handle);
         }
     }
 
