@@ -491,7 +491,9 @@ pub unsafe extern "C" fn tempalloc_allocate(
 /// # Safety
 ///
 /// `alloc` is NULL or a live handle.
-#[inline]
+// Always inlined into both callers: out of line (LLVM's choice with two
+// callers), `tempalloc_allocate` took 7% longer on x86-64.
+#[inline(always)]
 unsafe fn allocate(
     alloc: *const tempalloc_allocator,
     size: usize,
