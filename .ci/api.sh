@@ -31,6 +31,12 @@ grep -q 'Available on <strong>crate feature <code>capi</code></strong> only' \
 grep -q 'crate feature <code>dyn-stack</code>' target/doc/tempalloc/struct.KernelContext.html
 grep -Eq '^all-features = true$' Cargo.toml
 
+# Issue 20, item 10: every C and C++ block of README.md and docs/capi.md,
+# read from the files, compiled, linked and run (also part of
+# `cargo test --features capi`; named here so a failure says where).
+step "C and C++ blocks of the docs"
+cargo test --quiet --features capi --test all capi_docs
+
 # Issue 20, item 13: the C library as a C or C++ project gets it.
 step "C library: the benchmark harness's build, SONAME, release-capi"
 # The command ../shared/bench/et-compare.sh runs must keep working.
