@@ -39,8 +39,9 @@ typedef struct tempalloc_block_cache tempalloc_block_cache;
  */
 typedef struct tempalloc_config {
   /**
-   * Budget for idle blocks of the allocator's own cache, in bytes
-   * (`CachingConfig::max_cached_bytes`). Ignored with a shared cache.
+   * Budget for idle memory of the allocator's own cache, in bytes: what it
+   * keeps for reuse after a release rather than give back to the system.
+   * Ignored with a shared cache.
    */
   size_t max_cached_bytes;
   /**
@@ -82,6 +83,48 @@ typedef struct tempalloc_config {
  * still a valid value: [`tempalloc_error_message`] answers it too.
  */
 typedef int32_t tempalloc_error;
+
+/**
+ * Why a call failed, with the numbers: what [`tempalloc_allocate_detailed`]
+ * fills in, and what [`tempalloc_error_describe`] turns into the message a
+ * Rust caller would see. Only the fields of the code's row are set; the
+ * others are 0.
+ *
+ * | `code` | fields |
+ * |---|---|
+ * | `TEMPALLOC_ERROR_BUDGET_EXCEEDED` | `requested`, `held`, `limit` |
+ * | `TEMPALLOC_ERROR_OUT_OF_MEMORY` | `size`, `align` (what was asked of the system) |
+ * | `TEMPALLOC_ERROR_SIZE_OVERFLOW` | `size`, `align` |
+ * | `TEMPALLOC_ERROR_INVALID_ALIGNMENT` | `align` |
+ * | any other | none |
+ */
+typedef struct tempalloc_error_detail {
+  /**
+   * The status code, the one the plain call returns ([`TEMPALLOC_OK`] on
+   * success).
+   */
+  tempalloc_error code;
+  /**
+   * Bytes the request asked for.
+   */
+  size_t requested;
+  /**
+   * Bytes held against the limit when the request came.
+   */
+  size_t held;
+  /**
+   * The limit, in bytes.
+   */
+  size_t limit;
+  /**
+   * Bytes asked (of the system, for an out-of-memory error).
+   */
+  size_t size;
+  /**
+   * The alignment asked.
+   */
+  size_t align;
+} tempalloc_error_detail;
 
 /**
  * A snapshot of an allocator's (or a block cache's) counters: the fields of
@@ -221,6 +264,19 @@ typedef struct tempalloc_checkpoint_token {
  */
 #define TEMPALLOC_ERROR_INVALID_HANDLE 11
 
+/**
+ * [`Error::FrameSuspended`] (not produced by the C API, which has no
+ * frames; mirrored for completeness).
+ */
+#define TEMPALLOC_ERROR_FRAME_SUSPENDED 12
+
+/**
+ * In debug builds: a call that needs the allocator to itself (reset,
+ * release, checkpoint, rewind) overlapped another call on it, or a call
+ * came while one of those ran; the call refused did nothing.
+ */
+#define TEMPALLOC_ERROR_CONCURRENT_USE 13
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -252,8 +308,9 @@ tempalloc_allocator *tempalloc_allocator_create(const struct tempalloc_config *c
 
 /**
  * Creates an allocator that takes and gives back its blocks through the
- * shared `cache`, under the cache's limits (`config->max_cached_bytes` and
- * `config->max_bytes` are not used). A NULL `config` means
+ * shared `cache`, under the cache's limits and its own `config->max_bytes`
+ * (a session's cap within the shared budget; `config->max_cached_bytes` is
+ * the cache's to set, and not used here). A NULL `config` means
  * [`tempalloc_config_default`]. Returns the handle, or NULL with the code in
  * `*error`: [`TEMPALLOC_ERROR_NULL_ARGUMENT`] when `cache` is NULL. The
  * allocator holds its own reference to the cache.
@@ -310,6 +367,44 @@ void *tempalloc_allocate(const tempalloc_allocator *alloc,
                          size_t size,
                          size_t alignment,
                          tempalloc_error *error);
+
+/**
+ * [`tempalloc_allocate`], with the numbers of a failure in `*detail`
+ * (`detail` may be NULL): a request over the limit says how many bytes it
+ * asked for, how many were held and what the limit is. On success
+ * `*detail` is all zeros ([`TEMPALLOC_OK`]). The same cost as
+ * [`tempalloc_allocate`] on success; [`tempalloc_error_describe`] writes
+ * the message with the numbers.
+ *
+ * Thread safety: as [`tempalloc_allocate`].
+ *
+ * # Safety
+ *
+ * `alloc` is NULL or a live handle; `detail` is NULL or valid for a write.
+ */
+void *tempalloc_allocate_detailed(const tempalloc_allocator *alloc,
+                                  size_t size,
+                                  size_t alignment,
+                                  struct tempalloc_error_detail *detail);
+
+/**
+ * Writes the English message for `detail`, with its numbers (the message
+ * a Rust caller sees, "budget exceeded: 134217728 bytes requested while 0
+ * bytes are held, limit is 67108864 bytes"), into `buf`, as `snprintf`
+ * does: at most `len - 1` bytes and a NUL (nothing when `len` is 0 or
+ * `buf` NULL). Returns the message's full length without the NUL, so a
+ * return of `len` or more means it was cut. A NULL `detail` describes
+ * [`TEMPALLOC_ERROR_NULL_ARGUMENT`]; a code without numbers gets
+ * [`tempalloc_error_message`]'s text.
+ *
+ * Thread safety: any thread, any time.
+ *
+ * # Safety
+ *
+ * `detail` is NULL or valid to read; `buf` is NULL or valid for `len`
+ * bytes of writes.
+ */
+size_t tempalloc_error_describe(const struct tempalloc_error_detail *detail, char *buf, size_t len);
 
 /**
  * Recycles everything `alloc` handed out since the last reset: every such
@@ -452,8 +547,10 @@ size_t tempalloc_block_cache_idle_bytes(const tempalloc_block_cache *cache, temp
  * came before (per-kernel recycling inside an inference). Checkpoints nest;
  * rewinding to one consumes it and every checkpoint taken after it. A reset
  * or release consumes them all. Makes no system allocation up to 8 open
- * checkpoints. Returns [`TEMPALLOC_OK`], or [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
- * (then `*out` is untouched).
+ * checkpoints. Returns [`TEMPALLOC_OK`], [`TEMPALLOC_ERROR_NULL_ARGUMENT`], or
+ * [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the books of open checkpoints must
+ * grow and the system has no memory (then `*out` is untouched and no
+ * checkpoint is taken).
  *
  * Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`]:
  * take it between kernels, not while workers allocate.

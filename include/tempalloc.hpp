@@ -5,28 +5,57 @@
 //
 //     class Base {
 //      public:
-//       virtual void* allocate(size_t size, size_t alignment);
+//       static constexpr size_t kDefaultAlignment = alignof(void*);  // optional
+//       virtual void* allocate(size_t size, size_t alignment = kDefaultAlignment);
 //       virtual void reset();
 //     };
 //
 // (ExecuTorch's MemoryAllocator has exactly that shape), overrides both, and
 // owns a tempalloc allocator (RAII: created in the constructor, destroyed in
-// the destructor). Pointers from allocate() stay valid until reset() or
-// destruction. No exceptions are thrown; failures are NULL plus an error code.
+// the destructor). allocate() keeps Base's default alignment
+// (Base::kDefaultAlignment when Base has one, else alignof(void*)), so
+// `temp.allocate(n)` compiles as it does on Base. Pointers from allocate()
+// stay valid until reset() or destruction. No exceptions are thrown;
+// failures are NULL plus an error code, and last_error_detail() has the
+// numbers.
 //
-// Thread safety follows the C API: allocate(), stats() and last_error() may be
-// called concurrently from several threads on one object; reset(), release()
-// and destruction need exclusive use.
+// Base's other members are Base's: ExecuTorch's size() and base_address() are
+// not virtual and describe the buffer passed to Base's constructor, which
+// the adapter never uses (tempalloc has no single buffer: each thread bumps
+// in a region of its own). Pass (0, nullptr) and they say 0 and nullptr; use
+// stats() for what tempalloc holds (bytes_held) and hands out (bytes_live).
+//
+// Thread safety follows the C API: allocate(), stats(), check() and
+// last_error() may be called concurrently from several threads on one object;
+// reset(), release(), checkpoint(), rewind() and destruction need exclusive
+// use (a debug build of the library refuses an overlap with
+// TEMPALLOC_ERROR_CONCURRENT_USE).
 #ifndef TEMPALLOC_HPP
 #define TEMPALLOC_HPP
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "tempalloc.h"
 
 namespace tempalloc {
+
+namespace detail {
+// Base::kDefaultAlignment when Base declares one, else alignof(void*) (what
+// ExecuTorch's MemoryAllocator uses).
+template <class Base, class = void>
+struct default_alignment {
+  static constexpr size_t value = alignof(void*);
+};
+template <class Base>
+struct default_alignment<Base, std::void_t<decltype(Base::kDefaultAlignment)>> {
+  static constexpr size_t value = Base::kDefaultAlignment;
+};
+}  // namespace detail
 
 template <class Base>
 class TempallocAllocator : public Base {
@@ -62,13 +91,18 @@ class TempallocAllocator : public Base {
   TempallocAllocator(TempallocAllocator&&) = delete;
   TempallocAllocator& operator=(TempallocAllocator&&) = delete;
 
+  // The alignment allocate() uses when none is given: Base's.
+  static constexpr size_t kDefaultAlignment =
+      detail::default_alignment<Base>::value;
+
   // `size` bytes aligned to `alignment` (a power of two), or NULL with the
-  // reason in last_error(). Thread-safe.
-  void* allocate(size_t size, size_t alignment) override {
-    tempalloc_error error = TEMPALLOC_OK;
-    void* p = tempalloc_allocate(handle_, size, alignment, &error);
+  // reason in last_error() and the numbers in last_error_detail().
+  // Thread-safe.
+  void* allocate(size_t size, size_t alignment = kDefaultAlignment) override {
+    tempalloc_error_detail detail;
+    void* p = tempalloc_allocate_detailed(handle_, size, alignment, &detail);
     if (p == nullptr) {
-      record(error);
+      record(detail);
     }
     return p;
   }
@@ -112,7 +146,28 @@ class TempallocAllocator : public Base {
   const char* last_error_message() const {
     return tempalloc_error_message(last_error());
   }
-  void clear_error() { last_error_.store(TEMPALLOC_OK, std::memory_order_relaxed); }
+  void clear_error() {
+    std::lock_guard<std::mutex> lock(detail_lock_);
+    last_detail_ = tempalloc_error_detail{};
+    last_error_.store(TEMPALLOC_OK, std::memory_order_relaxed);
+  }
+
+  // The most recent failure of allocate() with its numbers (the limit, the
+  // bytes held and requested, the size and alignment); all zeros if none
+  // since construction or clear_error(). Failures of other calls have no
+  // numbers and are in last_error() only.
+  tempalloc_error_detail last_error_detail() const {
+    std::lock_guard<std::mutex> lock(detail_lock_);
+    return last_detail_;
+  }
+
+  // last_error_detail() as the message a Rust caller gets, with its numbers.
+  std::string last_error_description() const {
+    tempalloc_error_detail detail = last_error_detail();
+    std::string text(tempalloc_error_describe(&detail, nullptr, 0), '\0');
+    tempalloc_error_describe(&detail, &text[0], text.size() + 1);
+    return text;
+  }
 
   // The allocator's counters (all zero, and last_error() set, without one).
   tempalloc_stats stats() const {
@@ -135,8 +190,17 @@ class TempallocAllocator : public Base {
     }
   }
 
+  // A failure of allocate(), with its numbers (the slow path: a lock).
+  void record(const tempalloc_error_detail& detail) {
+    std::lock_guard<std::mutex> lock(detail_lock_);
+    last_detail_ = detail;
+    last_error_.store(detail.code, std::memory_order_relaxed);
+  }
+
   tempalloc_allocator* handle_ = nullptr;
   mutable std::atomic<tempalloc_error> last_error_{TEMPALLOC_OK};
+  mutable std::mutex detail_lock_;
+  tempalloc_error_detail last_detail_{};
 };
 
 }  // namespace tempalloc

@@ -308,6 +308,7 @@ unsafe impl TempAllocator for BumpAllocator {
 unsafe impl Rewind for BumpAllocator {
     type Checkpoint = BumpCheckpoint;
 
+    /// Never fails: the checkpoint names the allocator and its window.
     fn checkpoint(&self) -> Result<BumpCheckpoint, Error> {
         Ok(BumpCheckpoint {
             allocator: self.id,

@@ -28,14 +28,17 @@
 //! the header and this module read the same.
 #![allow(non_camel_case_types)]
 
+mod handles;
+
 use core::alloc::Layout;
 use core::ffi::{CStr, c_char, c_void};
-use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use core::ptr;
 use std::sync::Arc;
 
-use crate::{BlockCache, CachingAllocator, CachingConfig, Checkpoint, Error, Stats, TempAllocator};
+use handles::{guard, on_cache, on_exclusive, on_shared};
+pub use handles::{tempalloc_allocator, tempalloc_block_cache};
+
+use crate::{BlockCache, CachingAllocator, CachingConfig, Error, Stats, TempAllocator};
 
 /// A status code: [`TEMPALLOC_OK`] or one of the `TEMPALLOC_ERROR_*`
 /// constants. A plain integer (not a Rust enum), so a code C made up is
@@ -69,14 +72,13 @@ pub const TEMPALLOC_ERROR_INVALID_ARGUMENT: tempalloc_error = 10;
 /// In debug builds: the handle is not a live handle of the expected kind (a
 /// destroyed handle, or another kind of handle), where that can be seen.
 pub const TEMPALLOC_ERROR_INVALID_HANDLE: tempalloc_error = 11;
-
-/// The word a live allocator handle starts with (debug builds check it).
-const ALLOCATOR_MAGIC: u64 = 0x7465_6d70_616c_6c31; // "tempall1"
-/// The word a live block cache handle starts with.
-const CACHE_MAGIC: u64 = 0x7465_6d70_6361_6331; // "tempcac1"
-/// What a destroyed handle's word becomes, so a use after destroy is caught
-/// while the memory has not been reused.
-const DEAD_MAGIC: u64 = 0xdead_dead_dead_dead;
+/// [`Error::FrameSuspended`] (not produced by the C API, which has no
+/// frames; mirrored for completeness).
+pub const TEMPALLOC_ERROR_FRAME_SUSPENDED: tempalloc_error = 12;
+/// In debug builds: a call that needs the allocator to itself (reset,
+/// release, checkpoint, rewind) overlapped another call on it, or a call
+/// came while one of those ran; the call refused did nothing.
+pub const TEMPALLOC_ERROR_CONCURRENT_USE: tempalloc_error = 13;
 
 /// The code C sees for `error`.
 fn code(error: Error) -> tempalloc_error {
@@ -91,6 +93,7 @@ fn code(error: Error) -> tempalloc_error {
         | Error::ForeignCheckpoint
         | Error::CheckpointClosed { .. } => TEMPALLOC_ERROR_STALE_CHECKPOINT,
         Error::CanaryCorrupted { .. } => TEMPALLOC_ERROR_CANARY_CORRUPTED,
+        Error::FrameSuspended { .. } => TEMPALLOC_ERROR_FRAME_SUSPENDED,
     }
 }
 
@@ -99,8 +102,9 @@ fn code(error: Error) -> tempalloc_error {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct tempalloc_config {
-    /// Budget for idle blocks of the allocator's own cache, in bytes
-    /// (`CachingConfig::max_cached_bytes`). Ignored with a shared cache.
+    /// Budget for idle memory of the allocator's own cache, in bytes: what it
+    /// keeps for reuse after a release rather than give back to the system.
+    /// Ignored with a shared cache.
     pub max_cached_bytes: usize,
     /// Hard limit on the bytes the allocator's own cache takes from the
     /// system; 0 means no limit. Ignored with a shared cache.
@@ -214,45 +218,6 @@ impl From<crate::CacheStats> for tempalloc_stats {
     }
 }
 
-/// An opaque handle to a [`CachingAllocator`]. Made by
-/// [`tempalloc_allocator_create`], freed by [`tempalloc_allocator_destroy`].
-#[repr(transparent)]
-pub struct tempalloc_allocator(Tagged<AllocatorState>);
-
-/// A handle's contents behind its magic word, which sits first in every kind
-/// of handle so a handle of the wrong kind is seen as such.
-#[repr(C)]
-struct Tagged<T> {
-    /// The kind's magic word while live (checked in debug builds).
-    magic: u64,
-    state: T,
-}
-
-impl<T> core::ops::Deref for Tagged<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.state
-    }
-}
-
-impl<T> core::ops::DerefMut for Tagged<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.state
-    }
-}
-
-/// What an allocator handle holds.
-struct AllocatorState {
-    temp: CachingAllocator,
-    /// Tells this allocator's checkpoints from another's.
-    id: u64,
-    /// Checkpoints not yet consumed, oldest first, each with its serial.
-    /// C holds only (id, depth, serial), plain data: a stale, copied or
-    /// foreign value is found here and refused, never trusted.
-    checkpoints: Vec<(u64, Checkpoint)>,
-    next_serial: u64,
-}
-
 /// A checkpoint of a [`tempalloc_allocator`], from [`tempalloc_checkpoint`],
 /// consumed by [`tempalloc_rewind`]. Plain data: copying or forging one is
 /// harmless (the rewind refuses what it does not know).
@@ -267,98 +232,82 @@ pub struct tempalloc_checkpoint_token {
     pub serial: u64,
 }
 
-/// An opaque handle to a shared [`BlockCache`]. Made by
-/// [`tempalloc_block_cache_create`], freed by [`tempalloc_block_cache_destroy`].
-/// Allocators made with it keep the cache alive on their own, so the handle
-/// may be destroyed before them.
-#[repr(transparent)]
-pub struct tempalloc_block_cache(Tagged<Arc<BlockCache>>);
+/// Why a call failed, with the numbers: what [`tempalloc_allocate_detailed`]
+/// fills in, and what [`tempalloc_error_describe`] turns into the message a
+/// Rust caller would see. Only the fields of the code's row are set; the
+/// others are 0.
+///
+/// | `code` | fields |
+/// |---|---|
+/// | `TEMPALLOC_ERROR_BUDGET_EXCEEDED` | `requested`, `held`, `limit` |
+/// | `TEMPALLOC_ERROR_OUT_OF_MEMORY` | `size`, `align` (what was asked of the system) |
+/// | `TEMPALLOC_ERROR_SIZE_OVERFLOW` | `size`, `align` |
+/// | `TEMPALLOC_ERROR_INVALID_ALIGNMENT` | `align` |
+/// | any other | none |
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct tempalloc_error_detail {
+    /// The status code, the one the plain call returns ([`TEMPALLOC_OK`] on
+    /// success).
+    pub code: tempalloc_error,
+    /// Bytes the request asked for.
+    pub requested: usize,
+    /// Bytes held against the limit when the request came.
+    pub held: usize,
+    /// The limit, in bytes.
+    pub limit: usize,
+    /// Bytes asked (of the system, for an out-of-memory error).
+    pub size: usize,
+    /// The alignment asked.
+    pub align: usize,
+}
 
-impl tempalloc_allocator {
-    fn new(temp: CachingAllocator) -> *mut Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Box::into_raw(Box::new(tempalloc_allocator(Tagged {
-            magic: ALLOCATOR_MAGIC,
-            state: AllocatorState {
-                temp,
-                id: NEXT_ID.fetch_add(1, Relaxed),
-                // As many as the allocator makes room for: up to that
-                // nesting, checkpoints make no system allocation.
-                checkpoints: Vec::with_capacity(crate::caching::NESTED_CHECKPOINTS),
-                next_serial: 1,
+impl tempalloc_error_detail {
+    /// The detail of `error`.
+    fn of(error: Error) -> Self {
+        let detail = tempalloc_error_detail {
+            code: code(error),
+            ..Self::default()
+        };
+        match error {
+            Error::BudgetExceeded {
+                requested,
+                held,
+                limit,
+            } => tempalloc_error_detail {
+                requested,
+                held,
+                limit,
+                ..detail
             },
-        })))
+            Error::OutOfMemory { size, align } | Error::SizeOverflow { size, align } => {
+                tempalloc_error_detail {
+                    size,
+                    align,
+                    ..detail
+                }
+            }
+            Error::InvalidAlignment { align } => tempalloc_error_detail { align, ..detail },
+            _ => detail,
+        }
     }
 
-    /// Forgets every checkpoint: a reset or release consumed them.
-    fn reset(&mut self) {
-        self.0.checkpoints.clear();
-        self.0.temp.reset();
+    /// The Rust error this detail describes, for the codes that carry
+    /// numbers.
+    fn error(&self) -> Option<Error> {
+        let (size, align) = (self.size, self.align);
+        Some(match self.code {
+            TEMPALLOC_ERROR_BUDGET_EXCEEDED => Error::BudgetExceeded {
+                requested: self.requested,
+                held: self.held,
+                limit: self.limit,
+            },
+            TEMPALLOC_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { size, align },
+            TEMPALLOC_ERROR_SIZE_OVERFLOW => Error::SizeOverflow { size, align },
+            TEMPALLOC_ERROR_INVALID_ALIGNMENT => Error::InvalidAlignment { align },
+            _ => return None,
+        })
     }
-}
-
-/// A kind of handle, known by the magic word it starts with.
-trait Handle {
-    const MAGIC: u64;
-}
-
-impl Handle for tempalloc_allocator {
-    const MAGIC: u64 = ALLOCATOR_MAGIC;
-}
-
-impl Handle for tempalloc_block_cache {
-    const MAGIC: u64 = CACHE_MAGIC;
-}
-
-/// Whether `p` (not NULL) starts with `T`'s magic word; always in release
-/// builds, which skip the check.
-///
-/// # Safety
-///
-/// `p` points to a handle of some kind from this module, still allocated.
-unsafe fn is_kind<T: Handle>(p: *const T) -> bool {
-    // SAFETY: every kind of handle is `repr(transparent)` over a `repr(C)`
-    // `Tagged` whose first field is the `u64` magic word, so whatever its
-    // kind, `p` is valid for reading one aligned `u64` (read through the raw
-    // pointer, before any reference to a `T` that might be the wrong size).
-    !cfg!(debug_assertions) || unsafe { p.cast::<u64>().read() } == T::MAGIC
-}
-
-/// The handle behind `p`, shared: NULL is [`TEMPALLOC_ERROR_NULL_ARGUMENT`],
-/// and in debug builds a wrong magic word is [`TEMPALLOC_ERROR_INVALID_HANDLE`].
-///
-/// # Safety
-///
-/// `p` is NULL or a live handle of some kind from this module, not used
-/// exclusively elsewhere for `'a`.
-unsafe fn handle<'a, T: Handle>(p: *const T) -> Result<&'a T, tempalloc_error> {
-    if p.is_null() {
-        return Err(TEMPALLOC_ERROR_NULL_ARGUMENT);
-    }
-    // SAFETY: non-NULL and, by the caller, a handle of some kind.
-    if !unsafe { is_kind(p) } {
-        return Err(TEMPALLOC_ERROR_INVALID_HANDLE);
-    }
-    // SAFETY: a live handle of kind `T` that nobody uses exclusively.
-    Ok(unsafe { &*p })
-}
-
-/// The handle behind `p`, exclusive; errors as [`handle`].
-///
-/// # Safety
-///
-/// `p` is NULL or a live handle of some kind from this module, used by
-/// nothing else for `'a`.
-unsafe fn handle_mut<'a, T: Handle>(p: *mut T) -> Result<&'a mut T, tempalloc_error> {
-    if p.is_null() {
-        return Err(TEMPALLOC_ERROR_NULL_ARGUMENT);
-    }
-    // SAFETY: non-NULL and, by the caller, a handle of some kind.
-    if !unsafe { is_kind(p) } {
-        return Err(TEMPALLOC_ERROR_INVALID_HANDLE);
-    }
-    // SAFETY: a live handle of kind `T`, exclusive to us by the caller.
-    Ok(unsafe { &mut *p })
 }
 
 /// Stores `value` in `*out` when `out` is not NULL.
@@ -371,11 +320,6 @@ unsafe fn put(out: *mut tempalloc_error, value: tempalloc_error) {
         // SAFETY: non-NULL, and the caller guarantees it is writable.
         unsafe { out.write(value) };
     }
-}
-
-/// Runs `f`, turning a panic into [`TEMPALLOC_ERROR_INTERNAL`].
-fn guard<T>(f: impl FnOnce() -> Result<T, tempalloc_error>) -> Result<T, tempalloc_error> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(Err(TEMPALLOC_ERROR_INTERNAL))
 }
 
 /// Turns a result into its status code, storing the value through `out`.
@@ -432,9 +376,7 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
         let idle = config.map_or(0, |c| c.max_cached_bytes);
         let config = tempalloc_config::read(config)?;
         let cache = Arc::new(BlockCache::with_idle_budget(idle));
-        Ok(tempalloc_allocator::new(CachingAllocator::with_cache(
-            cache, config,
-        )))
+        handles::new_allocator(CachingAllocator::with_cache(cache, config))
     });
     let mut handle = ptr::null_mut();
     let code = status(result, Some(&mut handle));
@@ -444,8 +386,9 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
 }
 
 /// Creates an allocator that takes and gives back its blocks through the
-/// shared `cache`, under the cache's limits (`config->max_cached_bytes` and
-/// `config->max_bytes` are not used). A NULL `config` means
+/// shared `cache`, under the cache's limits and its own `config->max_bytes`
+/// (a session's cap within the shared budget; `config->max_cached_bytes` is
+/// the cache's to set, and not used here). A NULL `config` means
 /// [`tempalloc_config_default`]. Returns the handle, or NULL with the code in
 /// `*error`: [`TEMPALLOC_ERROR_NULL_ARGUMENT`] when `cache` is NULL. The
 /// allocator holds its own reference to the cache.
@@ -463,16 +406,20 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
     config: *const tempalloc_config,
     error: *mut tempalloc_error,
 ) -> *mut tempalloc_allocator {
-    // SAFETY: the caller guarantees both are NULL or valid to read; the
-    // cache handle is only read through `&`, which concurrent calls share.
-    let (cache, config) = unsafe { (handle(cache), config.as_ref().copied()) };
+    // SAFETY: the caller guarantees `config` is NULL or valid to read, and
+    // `cache` NULL or a live handle, which concurrent calls share. The
+    // reference is cloned out, so no lock on the cache handle is held while
+    // the new handle is made.
+    let (cache, config) = unsafe {
+        (
+            on_cache(cache, |c| Ok(Arc::clone(c))),
+            config.as_ref().copied(),
+        )
+    };
     let result = guard(|| {
-        let cache = &cache?.0.state;
+        let cache = cache?;
         let config = tempalloc_config::read(config)?;
-        Ok(tempalloc_allocator::new(CachingAllocator::with_cache(
-            Arc::clone(cache),
-            config,
-        )))
+        handles::new_allocator(CachingAllocator::with_cache(cache, config))
     });
     let mut handle = ptr::null_mut();
     let code = status(result, Some(&mut handle));
@@ -493,21 +440,9 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
 /// not used again afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_allocator_destroy(alloc: *mut tempalloc_allocator) {
-    if alloc.is_null() {
-        return;
-    }
-    // SAFETY: non-NULL, and by the caller a handle of some kind.
-    if !unsafe { is_kind(alloc) } {
-        // Not a live allocator (destroyed twice, or another kind of handle):
-        // freeing it would be worse than leaking it.
-        return;
-    }
-    // SAFETY: non-NULL, made by `Box::into_raw` in a create function, and the
-    // caller gives up the handle, so this is the only owner.
-    let mut alloc = unsafe { Box::from_raw(alloc) };
-    alloc.0.magic = DEAD_MAGIC;
-    // A panic in a drop would be a bug; it must still not unwind into C.
-    let _ = catch_unwind(AssertUnwindSafe(move || drop(alloc)));
+    // SAFETY: the caller gives up a handle that is NULL or live (checked in
+    // debug builds, where anything else is left alone).
+    unsafe { handles::destroy(alloc) };
 }
 
 /// Hands out `size` bytes aligned to `alignment` (a power of two), valid
@@ -537,24 +472,136 @@ pub unsafe extern "C" fn tempalloc_allocate(
     alignment: usize,
     error: *mut tempalloc_error,
 ) -> *mut c_void {
+    // SAFETY: the caller's guarantees are `allocate`'s.
+    match unsafe { allocate(alloc, size, alignment) } {
+        Ok(p) => {
+            // SAFETY: the caller guarantees `error` is NULL or writable.
+            unsafe { put(error, TEMPALLOC_OK) };
+            p
+        }
+        Err(e) => {
+            // SAFETY: as above.
+            unsafe { put(error, e.map_or_else(|code| code, code)) };
+            ptr::null_mut()
+        }
+    }
+}
+
+/// The request of [`tempalloc_allocate`]: the pointer, or the Rust error
+/// (`Ok`) or the C code (`Err`) of a failure.
+///
+/// # Safety
+///
+/// `alloc` is NULL or a live handle.
+// Always inlined into both callers: out of line (LLVM's choice with two
+// callers), `tempalloc_allocate` took 7% longer on x86-64.
+#[inline(always)]
+unsafe fn allocate(
+    alloc: *const tempalloc_allocator,
+    size: usize,
+    alignment: usize,
+) -> Result<*mut c_void, Result<Error, tempalloc_error>> {
     // SAFETY: the caller guarantees `alloc` is NULL or live; concurrent
     // allocations only share it through `&`, which `CachingAllocator` (Sync)
     // supports.
-    let alloc = unsafe { handle(alloc) };
-    let result = guard(|| {
-        let alloc = &alloc?.0;
-        let layout = Layout::from_size_align(size, alignment)
-            .map_err(|_| code(Error::layout(size, alignment)))?;
-        alloc.temp.allocate(layout).map_err(code)
+    let result = unsafe {
+        on_shared(alloc, |alloc| {
+            let layout = Layout::from_size_align(size, alignment)
+                .map_err(|_| Error::layout(size, alignment));
+            Ok(layout.and_then(|layout| alloc.temp.allocate(layout)))
+        })
+    };
+    match result {
+        Ok(Ok(p)) => Ok(p.cast::<c_void>().as_ptr()),
+        Ok(Err(e)) => Err(Ok(e)),
+        Err(code) => Err(Err(code)),
+    }
+}
+
+/// [`tempalloc_allocate`], with the numbers of a failure in `*detail`
+/// (`detail` may be NULL): a request over the limit says how many bytes it
+/// asked for, how many were held and what the limit is. On success
+/// `*detail` is all zeros ([`TEMPALLOC_OK`]). The same cost as
+/// [`tempalloc_allocate`] on success; [`tempalloc_error_describe`] writes
+/// the message with the numbers.
+///
+/// Thread safety: as [`tempalloc_allocate`].
+///
+/// # Safety
+///
+/// `alloc` is NULL or a live handle; `detail` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tempalloc_allocate_detailed(
+    alloc: *const tempalloc_allocator,
+    size: usize,
+    alignment: usize,
+    detail: *mut tempalloc_error_detail,
+) -> *mut c_void {
+    // SAFETY: the caller's guarantees are `allocate`'s.
+    let (p, d) = match unsafe { allocate(alloc, size, alignment) } {
+        Ok(p) => (p, tempalloc_error_detail::default()),
+        Err(Ok(e)) => (ptr::null_mut(), tempalloc_error_detail::of(e)),
+        Err(Err(code)) => (
+            ptr::null_mut(),
+            tempalloc_error_detail {
+                code,
+                ..tempalloc_error_detail::default()
+            },
+        ),
+    };
+    if !detail.is_null() {
+        // SAFETY: non-NULL, and the caller guarantees it is writable.
+        unsafe { detail.write(d) };
+    }
+    p
+}
+
+/// Writes the English message for `detail`, with its numbers (the message
+/// a Rust caller sees, "budget exceeded: 134217728 bytes requested while 0
+/// bytes are held, limit is 67108864 bytes"), into `buf`, as `snprintf`
+/// does: at most `len - 1` bytes and a NUL (nothing when `len` is 0 or
+/// `buf` NULL). Returns the message's full length without the NUL, so a
+/// return of `len` or more means it was cut. A NULL `detail` describes
+/// [`TEMPALLOC_ERROR_NULL_ARGUMENT`]; a code without numbers gets
+/// [`tempalloc_error_message`]'s text.
+///
+/// Thread safety: any thread, any time.
+///
+/// # Safety
+///
+/// `detail` is NULL or valid to read; `buf` is NULL or valid for `len`
+/// bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tempalloc_error_describe(
+    detail: *const tempalloc_error_detail,
+    buf: *mut c_char,
+    len: usize,
+) -> usize {
+    // SAFETY: the caller guarantees `detail` is NULL or valid to read.
+    let detail = unsafe { detail.as_ref() }
+        .copied()
+        .unwrap_or(tempalloc_error_detail {
+            code: TEMPALLOC_ERROR_NULL_ARGUMENT,
+            ..tempalloc_error_detail::default()
+        });
+    let written = guard(|| {
+        Ok(match detail.error() {
+            Some(e) => e.to_string(),
+            None => message(detail.code).to_string_lossy().into_owned(),
+        })
     });
-    let mut out = ptr::null_mut();
-    let code = status(
-        result.map(|p: NonNull<[u8]>| p.cast::<c_void>().as_ptr()),
-        Some(&mut out),
-    );
-    // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    out
+    let text = written.unwrap_or_default();
+    let bytes = text.as_bytes();
+    if !buf.is_null() && len > 0 {
+        let n = bytes.len().min(len - 1);
+        // SAFETY: the caller guarantees `len` writable bytes at `buf`, and
+        // `n + 1 <= len`; `bytes` is a separate allocation.
+        unsafe {
+            ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+            buf.add(n).write(0);
+        }
+    }
+    bytes.len()
 }
 
 /// Recycles everything `alloc` handed out since the last reset: every such
@@ -570,15 +617,14 @@ pub unsafe extern "C" fn tempalloc_allocate(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_reset(alloc: *mut tempalloc_allocator) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live and not used
-    // elsewhere during the call, so a unique reference is sound.
-    let alloc = unsafe { handle_mut(alloc) };
-    status(
-        guard(|| {
-            alloc?.reset();
+    // elsewhere during the call (checked in debug builds).
+    let result = unsafe {
+        on_exclusive(alloc, |alloc| {
+            alloc.reset();
             Ok(())
-        }),
-        None,
-    )
+        })
+    };
+    status(result, None)
 }
 
 /// Resets `alloc`, then gives every block back to its cache, which keeps
@@ -594,16 +640,14 @@ pub unsafe extern "C" fn tempalloc_reset(alloc: *mut tempalloc_allocator) -> tem
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_release(alloc: *mut tempalloc_allocator) -> tempalloc_error {
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
-    let alloc = unsafe { handle_mut(alloc) };
-    status(
-        guard(|| {
-            let alloc = &mut alloc?.0;
+    let result = unsafe {
+        on_exclusive(alloc, |alloc| {
             alloc.checkpoints.clear();
             alloc.temp.release();
             Ok(())
-        }),
-        None,
-    )
+        })
+    };
+    status(result, None)
 }
 
 /// Writes `alloc`'s counters to `*out`. Returns [`TEMPALLOC_OK`], or
@@ -623,11 +667,12 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
 ) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live (shared use is
     // fine) and `out` is NULL or writable and not aliased during the call.
-    let (alloc, out) = unsafe { (handle(alloc), out.as_mut()) };
-    let Some(out) = out else {
+    let Some(out) = (unsafe { out.as_mut() }) else {
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
-    status(guard(|| Ok(alloc?.0.temp.stats().into())), Some(out))
+    // SAFETY: the caller guarantees `alloc` is NULL or live; shared use is fine.
+    let result = unsafe { on_shared(alloc, |alloc| Ok(alloc.temp.stats().into())) };
+    status(result, Some(out))
 }
 
 /// Creates a block cache for several allocators (one per session or model)
@@ -650,10 +695,7 @@ pub unsafe extern "C" fn tempalloc_block_cache_create(
     let result = guard(|| {
         let limit = (max_bytes != 0).then_some(max_bytes);
         let cache = BlockCache::with_limits(max_cached_bytes, limit);
-        Ok(Box::into_raw(Box::new(tempalloc_block_cache(Tagged {
-            magic: CACHE_MAGIC,
-            state: Arc::new(cache),
-        }))))
+        handles::new_cache(Arc::new(cache))
     });
     let mut handle = ptr::null_mut();
     let code = status(result, Some(&mut handle));
@@ -676,19 +718,9 @@ pub unsafe extern "C" fn tempalloc_block_cache_create(
 /// not used again afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_block_cache_destroy(cache: *mut tempalloc_block_cache) {
-    if cache.is_null() {
-        return;
-    }
-    // SAFETY: non-NULL, and by the caller a handle of some kind.
-    if !unsafe { is_kind(cache) } {
-        // Not a live cache: leave alone what we do not own.
-        return;
-    }
-    // SAFETY: non-NULL, made by `Box::into_raw` in the create function, and
-    // the caller gives up the handle, so this is the only owner of the box.
-    let mut cache = unsafe { Box::from_raw(cache) };
-    cache.0.magic = DEAD_MAGIC;
-    let _ = catch_unwind(AssertUnwindSafe(move || drop(cache)));
+    // SAFETY: the caller gives up a handle that is NULL or live (checked in
+    // debug builds, where anything else is left alone).
+    unsafe { handles::destroy(cache) };
 }
 
 /// Frees idle blocks, least recently used first, until at most
@@ -709,8 +741,7 @@ pub unsafe extern "C" fn tempalloc_block_cache_trim(
     error: *mut tempalloc_error,
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
-    let cache = unsafe { handle(cache) };
-    let result = guard(|| Ok(cache?.0.evict_idle(target_bytes)));
+    let result = unsafe { on_cache(cache, |cache| Ok(cache.evict_idle(target_bytes))) };
     let mut freed = 0;
     let code = status(result, Some(&mut freed));
     // SAFETY: the caller guarantees `error` is NULL or writable.
@@ -753,11 +784,12 @@ pub unsafe extern "C" fn tempalloc_block_cache_stats(
 ) -> tempalloc_error {
     // SAFETY: the caller guarantees `cache` is NULL or live (shared use is
     // fine) and `out` is NULL or writable and not aliased during the call.
-    let (cache, out) = unsafe { (handle(cache), out.as_mut()) };
-    let Some(out) = out else {
+    let Some(out) = (unsafe { out.as_mut() }) else {
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
-    status(guard(|| Ok(cache?.0.stats().into())), Some(out))
+    // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
+    let result = unsafe { on_cache(cache, |cache| Ok(cache.stats().into())) };
+    status(result, Some(out))
 }
 
 /// Bytes in the cache's idle blocks now; 0 (and
@@ -775,8 +807,7 @@ pub unsafe extern "C" fn tempalloc_block_cache_idle_bytes(
     error: *mut tempalloc_error,
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
-    let cache = unsafe { handle(cache) };
-    let result = guard(|| Ok(cache?.0.idle_bytes()));
+    let result = unsafe { on_cache(cache, |cache| Ok(cache.idle_bytes())) };
     let mut idle = 0;
     let code = status(result, Some(&mut idle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
@@ -789,8 +820,10 @@ pub unsafe extern "C" fn tempalloc_block_cache_idle_bytes(
 /// came before (per-kernel recycling inside an inference). Checkpoints nest;
 /// rewinding to one consumes it and every checkpoint taken after it. A reset
 /// or release consumes them all. Makes no system allocation up to 8 open
-/// checkpoints. Returns [`TEMPALLOC_OK`], or [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
-/// (then `*out` is untouched).
+/// checkpoints. Returns [`TEMPALLOC_OK`], [`TEMPALLOC_ERROR_NULL_ARGUMENT`], or
+/// [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the books of open checkpoints must
+/// grow and the system has no memory (then `*out` is untouched and no
+/// checkpoint is taken).
 ///
 /// Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`]:
 /// take it between kernels, not while workers allocate.
@@ -806,26 +839,31 @@ pub unsafe extern "C" fn tempalloc_checkpoint(
 ) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live and exclusive,
     // and `out` NULL or writable and not aliased during the call.
-    let (alloc, out) = unsafe { (handle_mut(alloc), out.as_mut()) };
-    let Some(out) = out else {
+    let Some(out) = (unsafe { out.as_mut() }) else {
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
-    status(
-        guard(|| {
-            let alloc = &mut alloc?.0;
+    // SAFETY: the caller guarantees `alloc` is NULL or live and exclusive.
+    let result = unsafe {
+        on_exclusive(alloc, |alloc| {
+            // Room first, so that a checkpoint taken is never dropped (and
+            // the push below never aborts).
+            alloc
+                .checkpoints
+                .try_reserve(1)
+                .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?;
+            let cp = alloc.temp.checkpoint().map_err(code)?;
             let serial = alloc.next_serial;
             alloc.next_serial += 1;
             let depth = alloc.checkpoints.len();
-            let cp = alloc.temp.checkpoint().map_err(code)?;
             alloc.checkpoints.push((serial, cp));
             Ok(tempalloc_checkpoint_token {
                 allocator: alloc.id,
                 depth,
                 serial,
             })
-        }),
-        Some(out),
-    )
+        })
+    };
+    status(result, Some(out))
 }
 
 /// Recycles everything `alloc` handed out since `checkpoint` was taken:
@@ -848,10 +886,8 @@ pub unsafe extern "C" fn tempalloc_rewind(
     checkpoint: tempalloc_checkpoint_token,
 ) -> tempalloc_error {
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
-    let alloc = unsafe { handle_mut(alloc) };
-    status(
-        guard(|| {
-            let alloc = &mut alloc?.0;
+    let result = unsafe {
+        on_exclusive(alloc, |alloc| {
             let now = alloc.temp.stats().resets;
             let known = checkpoint.allocator == alloc.id
                 && alloc
@@ -865,9 +901,9 @@ pub unsafe extern "C" fn tempalloc_rewind(
             alloc.checkpoints.truncate(checkpoint.depth + 1);
             let (_, cp) = alloc.checkpoints.pop().ok_or(TEMPALLOC_ERROR_INTERNAL)?;
             alloc.temp.rewind(cp).map_err(code)
-        }),
-        None,
-    )
+        })
+    };
+    status(result, None)
 }
 
 /// Checks every buffer `alloc` handed out since the last reset for a write
@@ -886,8 +922,8 @@ pub unsafe extern "C" fn tempalloc_rewind(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_check(alloc: *const tempalloc_allocator) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live; shared use is fine.
-    let alloc = unsafe { handle(alloc) };
-    status(guard(|| alloc?.0.temp.check().map_err(code)), None)
+    let result = unsafe { on_shared(alloc, |alloc| alloc.temp.check().map_err(code)) };
+    status(result, None)
 }
 
 /// A static, NUL-terminated English description of `code` (never NULL, never
@@ -896,7 +932,12 @@ pub unsafe extern "C" fn tempalloc_check(alloc: *const tempalloc_allocator) -> t
 /// Thread safety: any thread, any time.
 #[unsafe(no_mangle)]
 pub extern "C" fn tempalloc_error_message(code: tempalloc_error) -> *const c_char {
-    let message: &'static CStr = match code {
+    message(code).as_ptr()
+}
+
+/// The static description of `code`.
+fn message(code: tempalloc_error) -> &'static CStr {
+    match code {
         TEMPALLOC_OK => c"success",
         TEMPALLOC_ERROR_NULL_ARGUMENT => c"a required pointer argument was NULL",
         TEMPALLOC_ERROR_INVALID_ALIGNMENT => c"invalid alignment: must be a power of two",
@@ -917,9 +958,12 @@ pub extern "C" fn tempalloc_error_message(code: tempalloc_error) -> *const c_cha
         TEMPALLOC_ERROR_INVALID_HANDLE => {
             c"invalid handle: destroyed, or not a handle of this kind (debug builds)"
         }
+        TEMPALLOC_ERROR_FRAME_SUSPENDED => c"frame suspended: not produced by the C API",
+        TEMPALLOC_ERROR_CONCURRENT_USE => {
+            c"concurrent use: a reset, release, checkpoint or rewind overlapped another call on the allocator (debug builds)"
+        }
         _ => c"unknown tempalloc error code",
-    };
-    message.as_ptr()
+    }
 }
 
 #[cfg(test)]
@@ -972,6 +1016,10 @@ mod tests {
                 },
                 TEMPALLOC_ERROR_CANARY_CORRUPTED,
             ),
+            (
+                Error::FrameSuspended { depth: 1, open: 2 },
+                TEMPALLOC_ERROR_FRAME_SUSPENDED,
+            ),
         ];
         let mut seen = Vec::new();
         for (error, expected) in cases {
@@ -979,7 +1027,7 @@ mod tests {
             assert!(!seen.contains(&expected), "code {expected} used twice");
             seen.push(expected);
         }
-        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_INVALID_HANDLE {
+        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_CONCURRENT_USE {
             assert_ne!(message(c), "unknown tempalloc error code", "code {c}");
         }
         assert_eq!(message(-1), "unknown tempalloc error code");

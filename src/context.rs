@@ -2,6 +2,7 @@
 
 use core::alloc::Layout;
 use core::fmt;
+use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
@@ -93,14 +94,21 @@ use crate::{Error, TempAllocator};
 /// let _ = ctx.allocate_temp(8, 8);
 /// ```
 pub struct KernelContext<'a> {
-    temp: Option<&'a dyn TempAllocator>,
+    /// The allocator, as a pointer, not a reference: a [`Frame`](crate::Frame) keeps its
+    /// context while its kernels rewind the allocator through `&mut`, which
+    /// a stored `&'a` would not survive. Each call makes a `&` for itself.
+    temp: Option<NonNull<dyn TempAllocator + 'a>>,
     failure: FailureSlot,
+    /// Acts as the `&'a dyn TempAllocator` it stands for.
+    _temp: PhantomData<&'a dyn TempAllocator>,
 }
 
-/// The context worker threads share: the same type as [`KernelContext`],
-/// which every kernel can now share with its workers.
-#[deprecated(since = "0.2.0", note = "use `KernelContext`: it is `Sync`")]
-pub type SyncKernelContext<'a> = KernelContext<'a>;
+// SAFETY: the context is a `&'a dyn TempAllocator` (which is `Send` and
+// `Sync`, as every `TempAllocator` is `Sync`) kept as a pointer, and a
+// `FailureSlot`, which is `Send` and `Sync`.
+unsafe impl Send for KernelContext<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for KernelContext<'_> {}
 
 impl<'a> KernelContext<'a> {
     /// A context whose scratch comes from `temp`.
@@ -132,32 +140,33 @@ impl<'a> KernelContext<'a> {
         Self::from_ref(None)
     }
 
-    /// The same as [`new`](Self::new), kept for code written against
-    /// `SyncKernelContext`.
-    ///
-    /// ```
-    /// # #![allow(deprecated)]
-    /// use tempalloc::{KernelContext, MallocAllocator};
-    ///
-    /// let temp = MallocAllocator::new();
-    /// assert_eq!(KernelContext::new_sync(&temp).scratch::<f64>(2)?, &[0.0, 0.0]);
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    #[deprecated(since = "0.2.0", note = "use `KernelContext::new`")]
-    #[inline]
-    pub fn new_sync(temp: &'a dyn TempAllocator) -> Self {
-        Self::new(temp)
-    }
-
     #[inline]
     fn from_ref(temp: Option<&'a dyn TempAllocator>) -> Self {
         KernelContext {
-            temp,
+            temp: temp.map(NonNull::from),
             failure: FailureSlot::new(),
+            _temp: PhantomData,
         }
     }
 
-    /// The temp allocator behind this context, if any.
+    /// A context over the allocator `temp` points to.
+    ///
+    /// # Safety
+    ///
+    /// Whenever a method of the context runs during `'a`, `temp` points to
+    /// a live allocator that nothing uses exclusively.
+    #[inline]
+    pub(crate) unsafe fn from_ptr<A: TempAllocator + 'a>(temp: NonNull<A>) -> Self {
+        KernelContext {
+            temp: Some(temp),
+            failure: FailureSlot::new(),
+            _temp: PhantomData,
+        }
+    }
+
+    /// The temp allocator behind this context, if any, for as long as the
+    /// context is borrowed (a frame's context may not lend its allocator
+    /// into the frame's kernels).
     ///
     /// ```
     /// use tempalloc::{KernelContext, MallocAllocator};
@@ -166,8 +175,11 @@ impl<'a> KernelContext<'a> {
     /// assert!(KernelContext::without_temp().temp().is_none());
     /// ```
     #[inline]
-    pub fn temp(&self) -> Option<&'a dyn TempAllocator> {
-        self.temp
+    pub fn temp(&self) -> Option<&dyn TempAllocator> {
+        // SAFETY: `new` took a `&'a`, and `from_ptr`'s caller promised that
+        // the allocator is live and used by nothing exclusively while a
+        // method of the context runs, which the borrow of `self` spans.
+        self.temp.map(|temp| unsafe { temp.as_ref() })
     }
 
     /// `layout.size()` bytes aligned to `layout.align()` from the temp
@@ -189,7 +201,7 @@ impl<'a> KernelContext<'a> {
     /// allocator returns.
     #[inline]
     pub fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        match self.temp {
+        match self.temp() {
             Some(temp) => temp.allocate(layout),
             None => Err(Error::NoTempAllocator),
         }
@@ -229,7 +241,12 @@ impl<'a> KernelContext<'a> {
         Ok(unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), size) })
     }
 
-    /// `len` elements of `T`, uninitialised.
+    /// `len` elements of `T`, uninitialised. To fill them without `unsafe`,
+    /// take them initialised instead: [`scratch_with`](Self::scratch_with)
+    /// (element `i` is `f(i)`), [`scratch_fill`](Self::scratch_fill),
+    /// [`scratch_copy`](Self::scratch_copy), or
+    /// [`scratch`](Self::scratch) for zeroes (a type of your own derives
+    /// [`Zeroable`] with the `derive` feature).
     ///
     /// ```
     /// use tempalloc::{KernelContext, MallocAllocator};
@@ -409,9 +426,9 @@ impl<'a> KernelContext<'a> {
     /// `result`, unless the kernel recorded a failure, which wins: the
     /// fold every runtime entry point does.
     #[inline]
-    pub(crate) fn finish<R>(&self, result: Result<R, Error>) -> Result<R, Error> {
+    pub(crate) fn finish<R, E: From<Error>>(&self, result: Result<R, E>) -> Result<R, E> {
         match self.failure() {
-            Some(e) => Err(e),
+            Some(e) => Err(E::from(e)),
             None => result,
         }
     }
@@ -467,10 +484,23 @@ impl fmt::Debug for KernelContext<'_> {
 }
 
 /// A context is an [`allocator_api2`] allocator, so kernels can build
-/// collections in scratch ([`ScratchVec`]). `deallocate` does nothing: the
-/// reset recycles. A refused request is recorded with
-/// [`fail`](KernelContext::fail) before `AllocError` is returned, so the real
-/// error (budget, alignment, out of memory) reaches the runtime.
+/// collections in scratch ([`ScratchVec`](crate::ScratchVec), a `hashbrown`
+/// map). `deallocate` does nothing: the reset recycles. A refused request
+/// is recorded with [`fail`](KernelContext::fail) before `AllocError` is
+/// returned, so the real error (budget, alignment, out of memory) reaches
+/// the runtime.
+///
+/// Which calls abort and which return an error, when the budget runs out:
+/// the collections' own growing calls (`Vec::push`, `extend`, `reserve`,
+/// `hashbrown::HashMap::insert`) call `handle_alloc_error`, which **aborts
+/// the process** (and prints only the size it wanted); their `try_`
+/// calls (`try_reserve`, `HashMap::try_reserve`) return an error, and
+/// [`ScratchVecExt::try_push`](crate::ScratchVecExt::try_push) and
+/// [`try_extend_from_slice`](crate::ScratchVecExt::try_extend_from_slice)
+/// return the recorded [`Error`]. The abort cannot be intercepted on stable
+/// Rust (the `handle_alloc_error` hook is process-wide and unstable), so
+/// where the budget may run out, grow through the `try_` calls; the
+/// recorded error is then the kernel's result.
 ///
 /// ```
 /// use tempalloc::{KernelContext, MallocAllocator, ScratchVec};
@@ -497,44 +527,16 @@ unsafe impl Allocator for &KernelContext<'_> {
     unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
 }
 
-/// A `Vec` whose buffer is scratch from a kernel's context
-/// (`allocator_api2::vec::Vec<T, &KernelContext>`), aligned to
-/// `align_of::<T>()`. Growing it leaves the old buffer in scratch until the
-/// reset: reserve the final length up front when you know it.
-///
-/// Like every `Vec`, `push`, `extend` and `reserve` **abort the process**
-/// when memory cannot be had. Use `try_reserve` (then `push` within the
-/// reserved capacity) where the budget may run out; the context records the
-/// real error, so the runtime gets it:
-///
-/// ```
-/// use tempalloc::{with_context, BumpAllocator, Error, KernelContext, ScratchVec};
-///
-/// fn collect(ctx: &KernelContext, n: usize) -> Result<usize, Error> {
-///     let mut v = ScratchVec::new_in(ctx);
-///     // `try_reserve` says only that it failed; the context recorded why
-///     // (a capacity overflow never reaches the allocator: a size overflow).
-///     v.try_reserve(n).map_err(|_| {
-///         let size = n.saturating_mul(size_of::<u32>());
-///         ctx.failure().unwrap_or(Error::SizeOverflow { size, align: align_of::<u32>() })
-///     })?;
-///     v.extend((0..n).map(|i| i as u32)); // within capacity: no allocation
-///     Ok(v.len())
-/// }
-///
-/// let mut temp = BumpAllocator::with_limit(64 * 1024);
-/// assert_eq!(with_context(&mut temp, |ctx| collect(ctx, 100))?, 100);
-/// let err = with_context(&mut temp, |ctx| collect(ctx, 1 << 20)).unwrap_err();
-/// assert!(matches!(err, Error::BudgetExceeded { requested: 4194304, .. }));
-/// # Ok::<(), Error>(())
-/// ```
-#[cfg(feature = "alloc")]
-pub type ScratchVec<'c, T> = allocator_api2::vec::Vec<T, &'c KernelContext<'c>>;
-
 /// The runtime's per-execute pattern in one call: makes a context over
 /// `temp`, runs `f` with it, resets `temp` and returns `f`'s result, except
 /// that a failure the kernel recorded with [`KernelContext::fail`] (from any
 /// thread) wins over an `Ok`: no error is lost.
+///
+/// `f` returns its own error type, anything [`Error`] converts into (`E:
+/// From<Error>`); a recorded failure is converted with `From`. Where the
+/// result goes through `?` into a function returning `Result<_, Error>`,
+/// Rust infers `E = Error`; where nothing says which (an `unwrap`, an
+/// `assert_eq!`), name it once: `Ok::<_, Error>(..)`.
 ///
 /// ```
 /// use tempalloc::{with_context, Error, MallocAllocator, TempAllocator};
@@ -544,7 +546,7 @@ pub type ScratchVec<'c, T> = allocator_api2::vec::Vec<T, &'c KernelContext<'c>>;
 ///     let sum = with_context(&mut temp, |ctx| {
 ///         let x = ctx.scratch::<u32>(100)?;
 ///         x.iter_mut().enumerate().for_each(|(i, v)| *v = i as u32 + step);
-///         Ok(x.iter().sum::<u32>())
+///         Ok::<_, Error>(x.iter().sum::<u32>())
 ///     })?;
 ///     assert_eq!(sum, 4950 + 100 * step);
 /// }
@@ -562,10 +564,10 @@ pub type ScratchVec<'c, T> = allocator_api2::vec::Vec<T, &'c KernelContext<'c>>;
 /// # Errors
 ///
 /// The kernel's recorded failure, else what `f` returns.
-pub fn with_context<R>(
+pub fn with_context<R, E: From<Error>>(
     temp: &mut dyn TempAllocator,
-    f: impl FnOnce(&KernelContext<'_>) -> Result<R, Error>,
-) -> Result<R, Error> {
+    f: impl FnOnce(&KernelContext<'_>) -> Result<R, E>,
+) -> Result<R, E> {
     let result = {
         let ctx = KernelContext::new(temp);
         ctx.finish(f(&ctx))

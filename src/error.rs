@@ -80,6 +80,19 @@ pub enum Error {
         /// Checkpoints open now.
         open: usize,
     },
+    /// A frame's allocator handle ([`Frame::allocator`](crate::Frame::allocator))
+    /// was asked for memory while a kernel or nested frame ran inside that
+    /// frame, whose rewind would recycle it.
+    #[error(
+        "frame suspended: frame {depth} (1 = outermost) cannot take memory while \
+         {open} scopes are open (kernels and frames inside it run)"
+    )]
+    FrameSuspended {
+        /// The frame's nesting depth (1 = outermost).
+        depth: usize,
+        /// Scopes open then, the frame and the ones inside it included.
+        open: usize,
+    },
     /// With [`CachingConfig::debug_checks`](crate::CachingConfig::debug_checks)
     /// on: something wrote past the end of a scratch buffer, into the canary
     /// that follows it.

@@ -449,6 +449,7 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
 unsafe impl Rewind for FixedAllocator<'_> {
     type Checkpoint = FixedCheckpoint;
 
+    /// Never fails: the checkpoint is a copy of the cursor.
     #[inline]
     fn checkpoint(&self) -> Result<FixedCheckpoint, Error> {
         Ok(FixedAllocator::checkpoint(self))

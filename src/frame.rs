@@ -8,11 +8,12 @@
 //! rewound when it returns.
 
 use core::alloc::Layout;
+use core::cell::Cell;
 use core::marker::PhantomData;
-use core::mem::MaybeUninit;
+use core::ops::Deref;
 use core::ptr::NonNull;
 
-use bytemuck::Zeroable;
+use allocator_api2::alloc::{AllocError, Allocator};
 
 use crate::{Error, KernelContext, TempAllocator};
 
@@ -64,6 +65,15 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     /// Rewind::rewind(&mut temp, cp)?;
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfMemory`] when the allocator's books of open checkpoints
+    /// must grow and the system has no memory for them (a
+    /// `CachingAllocator` past 8 nested checkpoints, say); nothing changes
+    /// then. [`FixedAllocator`](crate::FixedAllocator),
+    /// [`MallocAllocator`](crate::MallocAllocator) and
+    /// [`BumpAllocator`](crate::BumpAllocator) keep no books: always `Ok`.
     fn checkpoint(&self) -> Result<Self::Checkpoint, Error>;
 
     /// Recycles everything handed out since `checkpoint` was taken.
@@ -94,111 +104,172 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     /// allocator (nothing else can be live: the frame borrows it
     /// exclusively), also when `f` panics. See [`Frame`].
     ///
+    /// `f` returns its own error type: anything a [`tempalloc::Error`](Error)
+    /// converts into (`E: From<Error>`), such as an engine's error enum.
+    /// Where the result goes through `?` into a function returning
+    /// `Result<_, tempalloc::Error>`, Rust infers `E = Error`; where nothing
+    /// says which (an `unwrap`, an `assert_eq!`), name it once:
+    /// `Ok::<_, Error>(..)`.
+    ///
     /// ```
-    /// use tempalloc::{MallocAllocator, Rewind, TempAllocator};
+    /// use tempalloc::{Error, MallocAllocator, Rewind, TempAllocator};
     ///
     /// let mut temp = MallocAllocator::new();
-    /// let n = temp.frame(|inf| Ok(inf.scratch::<u8>(10)?.len()))?;
+    /// let n = temp.frame(|inf| Ok::<_, Error>(inf.scratch::<u8>(10)?.len()))?;
     /// assert_eq!((n, temp.stats().bytes_live), (10, 0));
-    /// # Ok::<(), tempalloc::Error>(())
+    /// # Ok::<(), Error>(())
     /// ```
     ///
     /// # Errors
     ///
-    /// What `f` returns.
-    fn frame<R>(
+    /// A failure recorded with [`fail`](KernelContext::fail) on the frame
+    /// (or by its [`allocator`](Frame::allocator)), else what `f` returns.
+    fn frame<R, E: From<Error>>(
         &mut self,
-        f: impl for<'f> FnOnce(&mut Frame<'f, Self>) -> Result<R, Error>,
-    ) -> Result<R, Error> {
+        f: impl for<'f> FnOnce(&mut Frame<'f, Self>) -> Result<R, E>,
+    ) -> Result<R, E> {
         run_frame(self, f)
     }
 }
 
 /// The top-level frame: runs `f`, then resets `temp` (on unwind too).
-pub(crate) fn run_frame<A: Rewind, R>(
+pub(crate) fn run_frame<A: Rewind, R, E: From<Error>>(
     temp: &mut A,
-    f: impl for<'f> FnOnce(&mut Frame<'f, A>) -> Result<R, Error>,
-) -> Result<R, Error> {
+    f: impl for<'f> FnOnce(&mut Frame<'f, A>) -> Result<R, E>,
+) -> Result<R, E> {
     /// Resets when dropped, so a panic in `f` recycles the frame too.
     struct ResetOnDrop<A: TempAllocator>(NonNull<A>);
     impl<A: TempAllocator> Drop for ResetOnDrop<A> {
         fn drop(&mut self) {
             // SAFETY: the pointer comes from the `&mut A` that `run_frame`
             // holds for its whole call, and no reference made from it is
-            // alive: the frame is gone (it is dropped before this guard), and
-            // its scratch, borrowed for a lifetime local to `f`, cannot be
-            // used any more (not even through a panic payload, which is
-            // `'static`).
+            // alive: the frame and its state are gone (declared after this
+            // guard, so dropped before it; the state's context holds a
+            // pointer, not a reference), and the scratch, borrowed for a
+            // lifetime local to `f`, cannot be used any more (not even
+            // through a panic payload, which is `'static`).
             unsafe { self.0.as_mut() }.reset();
         }
     }
     let guard = ResetOnDrop(NonNull::from(temp));
-    let mut frame = Frame::new(guard.0);
-    f(&mut frame)
+    let open = Cell::new(1);
+    // SAFETY: the pointer is valid for this whole call (it comes from the
+    // `&mut A` held for it), and is used through `&` only while no `&mut`
+    // made from it is alive: the frame makes one only in `scoped`, which
+    // holds `&mut Frame`, so no method of this state's context runs then.
+    let state = unsafe { FrameState::new(guard.0, 1, &open) };
+    let result = f(&mut Frame::new(guard.0, &state));
+    state.ctx.finish(result)
 }
 
-/// The allocator a [`Frame`] is of when its type names none.
-#[cfg(feature = "std")]
-type DefaultTemp = crate::CachingAllocator;
-/// Without `std`, the one allocator there is: a static buffer's.
-#[cfg(not(feature = "std"))]
-type DefaultTemp = crate::FixedAllocator<'static>;
+/// What one frame keeps outside the [`Frame`] value, on the stack of the
+/// call that runs it: its context (which [`Frame`] derefs to, and whose
+/// failure slot [`fail`](KernelContext::fail) on the frame writes) and its
+/// place among the open scopes. Kept outside so that the references to it
+/// (the context a user borrows, a [`FrameAllocator`]) stay valid while the
+/// frame's closure holds `&mut Frame`.
+struct FrameState<'f> {
+    ctx: KernelContext<'f>,
+    /// The frame's nesting depth: 1 for the outermost.
+    depth: usize,
+    /// Scopes (frames and kernels) open now under the outermost frame; this
+    /// frame is the innermost while it equals `depth`.
+    open: &'f Cell<usize>,
+}
 
-/// A scope of a [`Rewind`] allocator (for [`CachingAllocator`](crate::CachingAllocator) by default):
-/// one inference, or a part of it.
+impl<'f> FrameState<'f> {
+    /// # Safety
+    ///
+    /// Whenever a method of the state's context runs during `'f`, `temp`
+    /// points to a live allocator that nothing uses exclusively.
+    unsafe fn new<A: Rewind + 'f>(temp: NonNull<A>, depth: usize, open: &'f Cell<usize>) -> Self {
+        FrameState {
+            // SAFETY: the caller's promise is `from_ptr`'s.
+            ctx: unsafe { KernelContext::from_ptr(temp) },
+            depth,
+            open,
+        }
+    }
+
+    /// Whether no kernel or nested frame runs inside this frame now.
+    #[inline]
+    fn innermost(&self) -> bool {
+        self.open.get() == self.depth
+    }
+}
+
+/// A scope of a [`Rewind`] allocator: one inference, or a part of it.
 ///
-/// Memory from [`scratch`](Frame::scratch) and the other scratch methods
-/// lives for the frame's lifetime `'f` and is not tied to a borrow of the
-/// frame, so it stays usable while the frame runs kernels. Each
+/// A frame dereferences to a [`KernelContext`] whose scratch lives for the
+/// frame's lifetime `'f`, not for a borrow of the frame: every scratch
+/// method ([`scratch`](KernelContext::scratch),
+/// [`scratch_aligned`](KernelContext::scratch_aligned),
+/// [`scratch_copy`](KernelContext::scratch_copy),
+/// [`scratch_fill`](KernelContext::scratch_fill),
+/// [`scratch_with`](KernelContext::scratch_with),
+/// [`scratch_uninit`](KernelContext::scratch_uninit),
+/// [`allocate_temp`](KernelContext::allocate_temp)) works on a frame as on a
+/// context, and `&mut Frame` passes where a kernel takes `&KernelContext`.
+/// What it hands out stays usable while the frame runs kernels. Each
 /// [`kernel`](Frame::kernel) gets a [`KernelContext`] whose scratch is
 /// recycled when the kernel returns; each nested [`frame`](Frame::frame) is
 /// rewound when it returns. Both need `&mut Frame`, so no frame scratch is
 /// taken while they run; the scratch they take cannot escape them.
+/// Collections that grow across kernels use [`allocator`](Frame::allocator).
+///
+/// The allocator type is always named (`Frame<'_, CachingAllocator>`,
+/// `Frame<'_, FixedAllocator<'_>>`, or generic `Frame<'_, A>`): it has no
+/// default, which would have to change with the `std` feature.
+///
+/// ```compile_fail,E0107
+/// fn layer(inf: &mut tempalloc::Frame<'_>) {} // error: missing generics for `Frame`
+/// ```
 ///
 /// Kernel scratch cannot escape its kernel:
 ///
 /// ```compile_fail,E0521
-/// use tempalloc::CachingAllocator;
+/// use tempalloc::{CachingAllocator, Error};
 ///
 /// let mut temp = CachingAllocator::new();
 /// temp.frame(|inf| {
 ///     let mut kept: &mut [f32] = &mut [];
 ///     inf.kernel(|ctx| {
 ///         kept = ctx.scratch::<f32>(16)?; // error: borrowed data escapes the closure
-///         Ok(())
+///         Ok::<_, Error>(())
 ///     })?;
 ///     kept[0] = 1.0;
-///     Ok(())
+///     Ok::<_, Error>(())
 /// })?;
-/// # Ok::<(), tempalloc::Error>(())
+/// # Ok::<(), Error>(())
 /// ```
 ///
 /// Nor can a kernel take frame scratch, which its rewind would recycle:
 ///
 /// ```compile_fail,E0502
-/// use tempalloc::CachingAllocator;
+/// use tempalloc::{CachingAllocator, Error};
 ///
 /// let mut temp = CachingAllocator::new();
 /// temp.frame(|inf| {
 ///     inf.kernel(|_ctx| {
 ///         let _act = inf.scratch::<u8>(4)?; // error: `*inf` is borrowed by `kernel`
-///         Ok(())
+///         Ok::<_, Error>(())
 ///     })
 /// })?;
-/// # Ok::<(), tempalloc::Error>(())
+/// # Ok::<(), Error>(())
 /// ```
 ///
 /// Nor can frame scratch escape its frame:
 ///
 /// ```compile_fail
-/// use tempalloc::CachingAllocator;
+/// use tempalloc::{CachingAllocator, Error};
 ///
 /// let mut temp = CachingAllocator::new();
-/// let act = temp.frame(|inf| inf.scratch::<f32>(16))?; // error: lifetime may not live long enough
-/// # Ok::<(), tempalloc::Error>(())
+/// let act = temp.frame(|inf| Ok::<_, Error>(inf.scratch::<f32>(16)?))?; // error: lifetime may not live long enough
+/// # Ok::<(), Error>(())
 /// ```
 ///
-/// Frames nest; a kernel may call another kernel through its context:
+/// Frames nest; a kernel may call another kernel through its context, and a
+/// frame is a context too:
 ///
 /// ```
 /// use tempalloc::{CachingAllocator, Error, KernelContext};
@@ -217,16 +288,18 @@ type DefaultTemp = crate::FixedAllocator<'static>;
 ///         let kv = layer.scratch::<f32>(32)?;
 ///         layer.kernel(|ctx| Ok(outer(ctx)? + kv.len() + weights.len()))
 ///     })?;
-///     Ok(n)
+///     // Scratch that lives until the end of the inference.
+///     Ok(n + inner(inf)?)
 /// })?;
-/// assert_eq!(n, 110 + 32 + 64);
+/// assert_eq!(n, 110 + 32 + 64 + 100);
 /// # Ok::<(), Error>(())
 /// ```
-pub struct Frame<'f, A: Rewind = DefaultTemp> {
+pub struct Frame<'f, A: Rewind> {
     /// The allocator, from the `&mut A` the outermost frame holds for `'f`.
     /// Only shared references are made from it while scratch is handed out,
     /// and a `&mut` only to rewind, once no reference made from it is alive.
     temp: NonNull<A>,
+    state: &'f FrameState<'f>,
     /// Invariant in `'f`: a frame must not pass for a longer-lived one.
     _life: PhantomData<fn(&'f ()) -> &'f ()>,
     /// The frame uses `A` exclusively for `'f` (and so `A: 'f`).
@@ -234,95 +307,126 @@ pub struct Frame<'f, A: Rewind = DefaultTemp> {
 }
 
 impl<'f, A: Rewind> Frame<'f, A> {
-    fn new(temp: NonNull<A>) -> Self {
+    fn new(temp: NonNull<A>, state: &'f FrameState<'f>) -> Self {
         Frame {
             temp,
+            state,
             _life: PhantomData,
             _temp: PhantomData,
         }
     }
 
-    /// A context over the allocator for `'f`, used for one request at a
-    /// time; it never reaches user code, which could hold it into a kernel.
-    #[inline]
-    fn ctx(&self) -> KernelContext<'f> {
-        // SAFETY: `temp` is valid for `'f` (it comes from a `&mut A` held by
-        // the outermost frame for all of `'f`). The shared reference lives
-        // only while one request is served; the only `&mut` made from `temp`
-        // is in `scoped`, which needs `&mut self` and so cannot overlap a
-        // call of this `&self` method.
-        KernelContext::new(unsafe { self.temp.as_ref() })
-    }
-
     /// Runs `f` with a nested scope and rewinds to where this frame was
-    /// when it returns (or panics).
-    fn scoped<R>(&mut self, f: impl FnOnce(NonNull<A>) -> Result<R, Error>) -> Result<R, Error> {
-        /// Rewinds when dropped, so a panic in `f` does too.
-        struct RewindOnDrop<A: Rewind>(NonNull<A>, Option<A::Checkpoint>);
-        impl<A: Rewind> RewindOnDrop<A> {
+    /// when it returns (or panics). While it runs, this frame is not the
+    /// innermost scope: its [`FrameAllocator`] refuses.
+    fn scoped<R, E: From<Error>>(
+        &mut self,
+        f: impl FnOnce(NonNull<A>, usize) -> Result<R, E>,
+    ) -> Result<R, E> {
+        /// Rewinds and closes the scope when dropped, so a panic in `f` does
+        /// too.
+        struct RewindOnDrop<'s, A: Rewind> {
+            temp: NonNull<A>,
+            checkpoint: Option<A::Checkpoint>,
+            open: &'s Cell<usize>,
+        }
+        impl<A: Rewind> RewindOnDrop<'_, A> {
             fn rewind(&mut self) -> Result<(), Error> {
-                match self.1.take() {
-                    // SAFETY: `scoped` holds `&mut Frame` for the whole
-                    // scope, so no frame scratch was taken in it, and what
-                    // the scope took was borrowed for a lifetime local to
-                    // `f` (higher-ranked), now over: no reference made from
-                    // the pointer is alive. The checkpoint was taken before
-                    // the scope, so `Rewind`'s contract keeps everything
-                    // older (the frames' scratch) intact.
-                    Some(cp) => unsafe { self.0.as_mut() }.rewind(cp),
+                match self.checkpoint.take() {
+                    Some(cp) => {
+                        self.open.set(self.open.get() - 1);
+                        // SAFETY: `scoped` holds `&mut Frame` for the whole
+                        // scope, so no frame scratch was taken in it (a
+                        // `FrameAllocator` refuses while the scope is open),
+                        // and what the scope took was borrowed for a lifetime
+                        // local to `f` (higher-ranked), now over: no
+                        // reference made from the pointer is alive (contexts
+                        // hold pointers, not references). The checkpoint was
+                        // taken before the scope, so `Rewind`'s contract
+                        // keeps everything older (the frames' scratch) intact.
+                        unsafe { self.temp.as_mut() }.rewind(cp)
+                    }
                     None => Ok(()),
                 }
             }
         }
-        impl<A: Rewind> Drop for RewindOnDrop<A> {
+        impl<A: Rewind> Drop for RewindOnDrop<'_, A> {
             fn drop(&mut self) {
                 // Only reached on unwind. A failed rewind recycles nothing,
                 // which is safe: the memory waits for the outer frame's reset.
                 let _ = self.rewind();
             }
         }
-        // SAFETY: as in `ctx`: a shared reference for one call.
-        let cp = unsafe { self.temp.as_ref() }.checkpoint()?;
-        let mut guard = RewindOnDrop(self.temp, Some(cp));
-        let result = f(self.temp);
+        debug_assert!(self.state.innermost(), "`&mut Frame` is the innermost");
+        // SAFETY: a shared reference for one call, while no `&mut` made from
+        // the pointer is alive (only `RewindOnDrop` makes one, below).
+        let checkpoint = unsafe { self.temp.as_ref() }.checkpoint()?;
+        let open = self.state.open;
+        let depth = open.get() + 1;
+        open.set(depth);
+        let mut guard = RewindOnDrop {
+            temp: self.temp,
+            checkpoint: Some(checkpoint),
+            open,
+        };
+        let result = f(self.temp, depth);
         let rewound = guard.rewind();
-        result.and_then(|r| rewound.map(|()| r))
+        result.and_then(|r| rewound.map(|()| r).map_err(E::from))
     }
 
     /// Runs a kernel: `f` gets a [`KernelContext`] whose scratch is recycled
     /// (the frame is rewound) when `f` returns, also when it panics. The
     /// result is `f`'s, except that a failure the kernel recorded with
-    /// [`KernelContext::fail`] wins over an `Ok`. The kernel may share the
-    /// context with worker threads (scoped threads, a rayon pool).
+    /// [`KernelContext::fail`] wins over an `Ok` (converted with `From`).
+    /// The kernel may share the context with worker threads (scoped threads,
+    /// a rayon pool), and returns its own error type, as
+    /// [`Rewind::frame`] says.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, Error, KernelContext};
     ///
+    /// #[derive(Debug, PartialEq)]
+    /// enum EngineError {
+    ///     Scratch(Error),
+    ///     BadShape(usize),
+    /// }
+    /// impl From<Error> for EngineError {
+    ///     fn from(e: Error) -> Self {
+    ///         EngineError::Scratch(e)
+    ///     }
+    /// }
+    ///
+    /// fn kernel(ctx: &KernelContext, n: usize) -> Result<usize, EngineError> {
+    ///     if n == 0 {
+    ///         return Err(EngineError::BadShape(n));
+    ///     }
+    ///     // A kernel (or a worker of it) may report through the context.
+    ///     if let Err(e) = ctx.allocate_temp(8, 3) {
+    ///         ctx.fail(e);
+    ///     }
+    ///     Ok(ctx.scratch::<f32>(n)?.len())
+    /// }
+    ///
     /// let mut temp = CachingAllocator::new();
-    /// let r = temp.frame(|inf| {
-    ///     inf.kernel(|ctx| {
-    ///         // A kernel (or a worker of it) that reports through the context.
-    ///         if let Err(e) = ctx.allocate_temp(8, 3) {
-    ///             ctx.fail(e);
-    ///         }
-    ///         Ok(())
-    ///     })
-    /// });
-    /// assert_eq!(r, Err(Error::InvalidAlignment { align: 3 }));
+    /// let r = temp.frame(|inf| inf.kernel(|ctx| kernel(ctx, 0)));
+    /// assert_eq!(r, Err(EngineError::BadShape(0)));
+    /// let r = temp.frame(|inf| inf.kernel(|ctx| kernel(ctx, 4)));
+    /// assert_eq!(r, Err(EngineError::Scratch(Error::InvalidAlignment { align: 3 })));
     /// ```
     ///
     /// # Errors
     ///
     /// The kernel's recorded failure, else what `f` returns, else a failed
-    /// rewind.
-    pub fn kernel<R>(
+    /// checkpoint or rewind.
+    pub fn kernel<R, E: From<Error>>(
         &mut self,
-        f: impl FnOnce(&KernelContext<'_>) -> Result<R, Error>,
-    ) -> Result<R, Error> {
-        self.scoped(|temp| {
-            // SAFETY: as in `ctx`; the context and every reference made from
-            // it are gone when this closure returns, before `scoped` rewinds.
-            let ctx = KernelContext::new(unsafe { temp.as_ref() });
+        f: impl FnOnce(&KernelContext<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        self.scoped(|temp, _depth| {
+            // SAFETY: as in `run_frame`; the context and every reference made
+            // from it are gone when this closure returns, before `scoped`
+            // rewinds.
+            let ctx = unsafe { KernelContext::from_ptr(temp) };
             ctx.finish(f(&ctx))
         })
     }
@@ -331,7 +435,7 @@ impl<'f, A: Rewind> Frame<'f, A> {
     /// a layer, say, whose scratch outlives its kernels but not the layer.
     ///
     /// ```
-    /// use tempalloc::CachingAllocator;
+    /// use tempalloc::{CachingAllocator, Error};
     ///
     /// let mut temp = CachingAllocator::new();
     /// temp.frame(|inf| {
@@ -341,207 +445,182 @@ impl<'f, A: Rewind> Frame<'f, A> {
     ///             layer.kernel(|ctx| Ok(ctx.scratch_copy(kv)?[0]))
     ///         })?;
     ///     }
-    ///     Ok(())
+    ///     Ok::<_, Error>(())
     /// })?;
-    /// # Ok::<(), tempalloc::Error>(())
+    /// # Ok::<(), Error>(())
     /// ```
     ///
     /// # Errors
     ///
-    /// What `f` returns, else a failed rewind.
-    pub fn frame<R>(
+    /// A failure recorded on the nested frame, else what `f` returns, else a
+    /// failed checkpoint or rewind.
+    pub fn frame<R, E: From<Error>>(
         &mut self,
-        f: impl for<'g> FnOnce(&mut Frame<'g, A>) -> Result<R, Error>,
-    ) -> Result<R, Error> {
-        self.scoped(|temp| f(&mut Frame::new(temp)))
+        f: impl for<'g> FnOnce(&mut Frame<'g, A>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let open = self.state.open;
+        self.scoped(|temp, depth| {
+            // SAFETY: as in `run_frame`: `temp` is valid for the scope, and
+            // the nested frame makes `&mut` from it only in its own `scoped`.
+            let state = unsafe { FrameState::new(temp, depth, open) };
+            let result = f(&mut Frame::new(temp, &state));
+            state.ctx.finish(result)
+        })
     }
 
-    /// As [`KernelContext::allocate`], for the frame's lifetime.
+    /// An allocator handle for this frame, for collections that live for
+    /// the frame and grow between its kernels: a
+    /// [`FrameVec`](crate::FrameVec), a `hashbrown` map, any
+    /// `allocator_api2` collection. It is `Copy`, lives for `'f` without
+    /// borrowing the frame (so the frame still runs kernels while the
+    /// collection exists), and cannot leave the frame.
+    ///
+    /// A kernel or nested frame running inside this frame would recycle
+    /// what the handle hands out, so while one runs the handle refuses:
+    /// the collection can be read and written in a kernel, not grown. A
+    /// refused request is recorded as [`Error::FrameSuspended`] on the frame
+    /// (see [`KernelContext::fail`]) and is `AllocError` to the collection;
+    /// any other failure is recorded the same way.
     ///
     /// ```
-    /// use std::alloc::Layout;
-    /// use tempalloc::CachingAllocator;
+    /// use tempalloc::allocator_api2::vec::Vec;
+    /// use tempalloc::{CachingAllocator, Error};
     ///
     /// let mut temp = CachingAllocator::new();
-    /// temp.frame(|inf| Ok(assert!(inf.allocate(Layout::new::<[u64; 8]>())?.len() >= 64)))?;
-    /// # Ok::<(), tempalloc::Error>(())
+    /// let tokens = temp.frame(|inf| {
+    ///     let mut tokens = Vec::new_in(inf.allocator());
+    ///     for step in 0..4u32 {
+    ///         // Each kernel reads what the earlier ones appended...
+    ///         let next = inf.kernel(|ctx| {
+    ///             let logits = ctx.scratch_fill(8, step)?;
+    ///             Ok::<_, Error>(logits[0] + tokens.len() as u32)
+    ///         })?;
+    ///         // ...and the frame grows it between kernels.
+    ///         tokens.push(next);
+    ///     }
+    ///     Ok::<_, Error>(tokens.iter().sum::<u32>())
+    /// })?;
+    /// assert_eq!(tokens, (0 + 0) + (1 + 1) + (2 + 2) + (3 + 3));
+    /// # Ok::<(), Error>(())
     /// ```
     ///
-    /// # Errors
-    ///
-    /// As [`KernelContext::allocate`].
-    #[inline]
-    pub fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        self.ctx().allocate(layout)
-    }
-
-    /// As [`KernelContext::allocate_temp`] (aligned to `align`), for the
-    /// frame's lifetime.
+    /// Growing it inside a kernel is refused, and the frame says why:
     ///
     /// ```
-    /// use tempalloc::CachingAllocator;
+    /// use tempalloc::{CachingAllocator, Error, FrameVec, ScratchVecExt};
     ///
     /// let mut temp = CachingAllocator::new();
-    /// temp.frame(|inf| Ok(assert_eq!(inf.allocate_temp(100, 4096)?.as_ptr() as usize % 4096, 0)))?;
-    /// # Ok::<(), tempalloc::Error>(())
+    /// let r = temp.frame(|inf| {
+    ///     let mut kept = FrameVec::new_in(inf.allocator());
+    ///     inf.kernel(|_ctx| kept.try_push(1u8))?;
+    ///     Ok::<_, Error>(())
+    /// });
+    /// assert_eq!(r, Err(Error::FrameSuspended { depth: 1, open: 2 }));
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`KernelContext::allocate_temp`].
     #[inline]
-    pub fn allocate_temp(
-        &self,
-        size: usize,
-        align: usize,
-    ) -> Result<&'f mut [MaybeUninit<u8>], Error> {
-        self.ctx().allocate_temp(size, align)
-    }
-
-    /// As [`KernelContext::scratch`] (zeroed, aligned to `align_of::<T>()`),
-    /// for the frame's lifetime.
-    ///
-    /// ```
-    /// use tempalloc::CachingAllocator;
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// temp.frame(|inf| Ok(assert_eq!(inf.scratch::<u32>(3)?, &[0, 0, 0])))?;
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`KernelContext::scratch`].
-    #[inline]
-    pub fn scratch<T: Zeroable>(&self, len: usize) -> Result<&'f mut [T], Error> {
-        self.ctx().scratch(len)
-    }
-
-    /// As [`KernelContext::scratch_uninit`] (aligned to `align_of::<T>()`),
-    /// for the frame's lifetime.
-    ///
-    /// ```
-    /// use tempalloc::CachingAllocator;
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// temp.frame(|inf| Ok(assert_eq!(inf.scratch_uninit::<u64>(5)?.len(), 5)))?;
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`KernelContext::scratch_uninit`].
-    #[inline]
-    pub fn scratch_uninit<T>(&self, len: usize) -> Result<&'f mut [MaybeUninit<T>], Error> {
-        self.ctx().scratch_uninit(len)
-    }
-
-    /// As [`KernelContext::scratch_aligned`] (zeroed, aligned to the larger
-    /// of `align` and `align_of::<T>()`), for the frame's lifetime.
-    ///
-    /// ```
-    /// use tempalloc::CachingAllocator;
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// temp.frame(|inf| Ok(assert_eq!(inf.scratch_aligned::<f32>(16, 64)?.as_ptr() as usize % 64, 0)))?;
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`KernelContext::scratch_aligned`].
-    #[inline]
-    pub fn scratch_aligned<T: Zeroable>(
-        &self,
-        len: usize,
-        align: usize,
-    ) -> Result<&'f mut [T], Error> {
-        self.ctx().scratch_aligned(len, align)
-    }
-
-    /// As [`KernelContext::scratch_copy`] (aligned to `align_of::<T>()`),
-    /// for the frame's lifetime.
-    ///
-    /// ```
-    /// use tempalloc::CachingAllocator;
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// temp.frame(|inf| Ok(assert_eq!(inf.scratch_copy(&[1, 2, 3])?, &[1, 2, 3])))?;
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`KernelContext::scratch_copy`].
-    #[inline]
-    pub fn scratch_copy<T: Copy>(&self, src: &[T]) -> Result<&'f mut [T], Error> {
-        self.ctx().scratch_copy(src)
-    }
-
-    /// As [`KernelContext::scratch_fill`] (aligned to `align_of::<T>()`),
-    /// for the frame's lifetime.
-    ///
-    /// ```
-    /// use tempalloc::CachingAllocator;
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// temp.frame(|inf| Ok(assert_eq!(inf.scratch_fill(2, 7u8)?, &[7, 7])))?;
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`KernelContext::scratch_fill`].
-    #[inline]
-    pub fn scratch_fill<T: Copy>(&self, len: usize, value: T) -> Result<&'f mut [T], Error> {
-        self.ctx().scratch_fill(len, value)
-    }
-
-    /// As [`KernelContext::scratch_with`] (aligned to `align_of::<T>()`),
-    /// for the frame's lifetime.
-    ///
-    /// ```
-    /// use tempalloc::CachingAllocator;
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// temp.frame(|inf| Ok(assert_eq!(inf.scratch_with(3, |i| i * 2)?, &[0, 2, 4])))?;
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`KernelContext::scratch_with`].
-    #[inline]
-    pub fn scratch_with<T: Copy>(
-        &self,
-        len: usize,
-        f: impl FnMut(usize) -> T,
-    ) -> Result<&'f mut [T], Error> {
-        self.ctx().scratch_with(len, f)
+    pub fn allocator(&self) -> FrameAllocator<'f> {
+        FrameAllocator { state: self.state }
     }
 
     /// The allocator's counters now.
     ///
     /// ```
-    /// use tempalloc::CachingAllocator;
+    /// use tempalloc::{CachingAllocator, Error};
     ///
     /// let mut temp = CachingAllocator::new();
     /// temp.frame(|inf| {
     ///     inf.scratch::<u8>(100)?;
     ///     assert_eq!(inf.stats().bytes_requested, 100);
-    ///     Ok(())
+    ///     Ok::<_, Error>(())
     /// })?;
-    /// # Ok::<(), tempalloc::Error>(())
+    /// # Ok::<(), Error>(())
     /// ```
     pub fn stats(&self) -> crate::Stats {
-        // SAFETY: as in `ctx`: a shared reference for one call.
+        // SAFETY: a shared reference for one call, while no `&mut` made from
+        // the pointer is alive (only `scoped` makes one, under `&mut self`).
         unsafe { self.temp.as_ref() }.stats()
+    }
+}
+
+/// A frame is a [`KernelContext`] whose scratch lives for the frame: see
+/// [`Frame`].
+impl<'f, A: Rewind> Deref for Frame<'f, A> {
+    type Target = KernelContext<'f>;
+
+    #[inline]
+    fn deref(&self) -> &KernelContext<'f> {
+        &self.state.ctx
+    }
+}
+
+/// A [`Frame`]'s allocator handle, from [`Frame::allocator`]: an
+/// [`allocator_api2`] allocator whose memory lives for the frame, for
+/// collections that grow between the frame's kernels. It refuses while a
+/// kernel or nested frame runs inside its frame (see
+/// [`Frame::allocator`]). Neither `Send` nor `Sync`: the frame's thread
+/// grows the collection; kernels may still read and write it from their
+/// workers through plain references.
+#[derive(Clone, Copy)]
+pub struct FrameAllocator<'f> {
+    state: &'f FrameState<'f>,
+}
+
+impl FrameAllocator<'_> {
+    /// Refuses (and records why) unless the frame is the innermost scope.
+    #[inline]
+    fn check(&self) -> Result<(), AllocError> {
+        let state = self.state;
+        if state.innermost() {
+            return Ok(());
+        }
+        state.ctx.fail(Error::FrameSuspended {
+            depth: state.depth,
+            open: state.open.get(),
+        });
+        Err(AllocError)
+    }
+}
+
+// SAFETY: memory comes from the frame's context, so it is the allocator's,
+// valid until the frame's rewind or reset, which comes after `'f` (and so
+// after every copy of this handle) ends. While a kernel or nested frame runs
+// inside the frame, whose rewind recycles what is taken after its
+// checkpoint, the handle refuses; so everything it hands out was taken at
+// the frame's own level. `deallocate` keeps the memory, which the trait
+// allows.
+unsafe impl Allocator for FrameAllocator<'_> {
+    #[inline]
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        self.check()?;
+        Allocator::allocate(&&self.state.ctx, layout)
+    }
+
+    #[inline]
+    unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
+}
+
+impl core::fmt::Debug for FrameAllocator<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FrameAllocator")
+            .field("depth", &self.state.depth)
+            .field("open", &self.state.open.get())
+            .finish()
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl crate::scratch_vec::sealed::Recorded for FrameAllocator<'_> {
+    #[inline]
+    fn recorded(&self) -> Option<Error> {
+        self.state.ctx.failure()
     }
 }
 
 impl<A: Rewind> core::fmt::Debug for Frame<'_, A> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Frame")
+            .field("depth", &self.state.depth)
+            .field("failure", &self.failure())
             .field("stats", &self.stats())
             .finish()
     }

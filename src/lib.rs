@@ -20,6 +20,7 @@
 //! - [`FixedAllocator`]: a caller's buffer, never a system allocation.
 //! - [`MallocAllocator`]: every request is a system allocation; the baseline.
 //! - [`BumpAllocator`]: a `bumpalo::Bump` behind the trait, single-threaded.
+//! - [`AnyTemp`]: one of the above, picked at run time, with frames.
 //! - [`RecordingAllocator`]: any of them, recording every call as a
 //!   [`trace::Trace`] that [`trace`] can write, read, generate and replay.
 //!
@@ -49,25 +50,40 @@
 //! With a [`Rewind`] allocator such as [`CachingAllocator`], a runtime runs
 //! each inference in a [`Frame`] and each kernel in a kernel frame, so
 //! inference-long scratch (activations) survives the per-kernel recycling
-//! without `unsafe`; see [`CachingAllocator::frame`].
+//! without `unsafe`; see [`CachingAllocator::frame`]. A frame takes scratch
+//! with the context's methods (it derefs to a [`KernelContext`]), and
+//! collections that grow between kernels use its
+//! [`allocator`](Frame::allocator). Kernels and runtimes return their own
+//! error type: anything [`Error`] converts into.
 //!
 //! # Features
 //!
 //! - `std` (default): everything below [`FixedAllocator`] in the list above,
 //!   [`BlockCache`], [`trace`] and [`testing`]. Without it the crate is
 //!   `#![no_std]` and needs no heap: [`TempAllocator`], [`KernelContext`],
-//!   [`with_context`], [`Rewind`], [`Frame`], [`Error`], [`Stats`] and
-//!   [`FixedAllocator`] use only `core` (and compare-and-swap, which
+//!   [`with_context`], [`Rewind`], [`Frame`], [`FrameAllocator`], [`Error`],
+//!   [`Stats`] and [`FixedAllocator`] use only `core` (and compare-and-swap, which
 //!   Cortex-M3 and later have), so a kernel builds unchanged for a
 //!   microcontroller. CI builds that configuration for
 //!   `thumbv7em-none-eabihf`.
-//! - `alloc`: [`ScratchVec`] and the `TempAllocator` impl for `Box`, for
+//! - `alloc`: [`ScratchVec`], [`FrameVec`], [`ScratchVecExt`] and the
+//!   `TempAllocator` impl for `Box`, for
 //!   targets with a global allocator but no operating system (`std` turns
 //!   it on).
+//! - `derive` (default): `#[derive(tempalloc::Zeroable)]` for a kernel's own
+//!   element types, and `tempalloc::bytemuck` for its `crate` attribute
+//!   (see [`Zeroable`]).
+//! - `dyn-stack`: `KernelContext::mem_stack`, a `dyn_stack::MemStack` carved
+//!   from scratch for faer's routines, and `tempalloc::dyn_stack` (the
+//!   crate, re-exported).
 //! - `capi`: the C API (module `capi`, docs/capi.md); `cli`: the
-//!   `tempalloc-replay` binary; `dyn-stack`: `KernelContext::mem_stack`.
-//!   `capi` and `cli` turn on `std`.
+//!   `tempalloc-replay` binary. Both turn on `std`.
+//!
+//! On docs.rs every item says which feature it needs.
 #![cfg_attr(not(feature = "std"), no_std)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item says which
+// feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // The docs link the `std` allocators; without `std` those links have nothing
 // to point at, and the text stays.
 #![cfg_attr(not(feature = "std"), allow(rustdoc::broken_intra_doc_links))]
@@ -85,27 +101,26 @@ extern crate std;
 
 // `core` only: what a kernel and a heap-less runtime need.
 mod context;
-#[cfg(feature = "dyn-stack")]
-mod dyn_stack;
 mod error;
 mod failure;
 mod fixed;
 mod frame;
+#[cfg(feature = "dyn-stack")]
+mod mem_stack;
 mod stats;
 mod temp;
 
 pub use context::{KernelContext, with_context};
 pub use error::Error;
 pub use fixed::{FixedAllocator, FixedCheckpoint};
-pub use frame::{Frame, Rewind};
+pub use frame::{Frame, FrameAllocator, Rewind};
 pub use stats::Stats;
 pub use temp::TempAllocator;
 
 #[cfg(feature = "alloc")]
-pub use context::ScratchVec;
-
-#[allow(deprecated)]
-pub use context::SyncKernelContext;
+mod scratch_vec;
+#[cfg(feature = "alloc")]
+pub use scratch_vec::{FrameVec, ScratchVec, ScratchVecExt};
 
 /// Puts `#[cfg(feature = "std")]` on each item it is given.
 macro_rules! with_std {
@@ -114,6 +129,7 @@ macro_rules! with_std {
 
 // `std`: the allocators that take memory from the system, and their tools.
 with_std! {
+    mod any;
     mod block;
     mod block_cache;
     mod bump;
@@ -125,6 +141,7 @@ with_std! {
     pub mod testing;
     pub mod trace;
 
+    pub use any::{AnyCheckpoint, AnyTemp};
     pub use block_cache::{BlockCache, CacheStats};
     pub use bump::{BumpAllocator, BumpCheckpoint};
     pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
@@ -138,10 +155,62 @@ pub mod capi;
 /// use, re-exported so a user needs no version match.
 pub use allocator_api2;
 /// The marker for types whose all-zero bytes are valid, which
-/// [`KernelContext::scratch`] needs (from `bytemuck`).
+/// [`KernelContext::scratch`] needs (from `bytemuck`). With the `derive`
+/// feature (on by default) it is also bytemuck's derive macro, for a kernel's own element
+/// types; point the derive at this crate's re-export of `bytemuck`, so that
+/// it needs no dependency of its own:
+///
+/// ```
+/// use tempalloc::{KernelContext, MallocAllocator};
+///
+/// #[derive(Clone, Copy, tempalloc::Zeroable)]
+/// #[bytemuck(crate = "tempalloc::bytemuck")]
+/// struct Accum {
+///     sum: f32,
+///     count: u32,
+/// }
+///
+/// let temp = MallocAllocator::new();
+/// let acc = KernelContext::new(&temp).scratch::<Accum>(4)?;
+/// assert!(acc.iter().all(|a| a.sum == 0.0 && a.count == 0));
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
 pub use bytemuck::Zeroable;
+
+/// `bytemuck`, for `#[bytemuck(crate = "tempalloc::bytemuck")]` on a
+/// `#[derive(tempalloc::Zeroable)]` (see [`Zeroable`]).
+#[cfg(feature = "derive")]
+pub use bytemuck;
+/// `dyn-stack`, whose `StackReq` [`KernelContext::mem_stack`] takes, so a
+/// user needs no version match.
+#[cfg(feature = "dyn-stack")]
+pub use dyn_stack;
 
 // The README's example compiles and runs as a doctest, so it cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// Names removed before the first release stay removed (issue 20):
+///
+/// ```compile_fail,E0432
+/// use tempalloc::SyncKernelContext;
+/// ```
+///
+/// ```compile_fail,E0599
+/// let temp = tempalloc::MallocAllocator::new();
+/// let _ = tempalloc::KernelContext::new_sync(&temp);
+/// ```
+///
+/// The workloads' generator and median are private (the demo and benches
+/// include their file as source):
+///
+/// ```compile_fail,E0432
+/// use tempalloc::trace::SplitMix64;
+/// ```
+///
+/// ```compile_fail,E0425
+/// let _ = tempalloc::trace::median(&mut [1.0]);
+/// ```
+#[cfg(doctest)]
+struct RemovedItems;

@@ -185,6 +185,7 @@ impl Drop for MallocAllocator {
 unsafe impl Rewind for MallocAllocator {
     type Checkpoint = MallocCheckpoint;
 
+    /// Never fails: the checkpoint is the length of the list of live blocks.
     fn checkpoint(&self) -> Result<MallocCheckpoint, Error> {
         let state = self.state();
         Ok(MallocCheckpoint {

@@ -6,15 +6,15 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
 use crate::trace::{Event, Trace};
-use crate::{CachingAllocator, Checkpoint, Error, Stats, TempAllocator};
+use crate::{Error, Rewind, Stats, TempAllocator};
 
 /// Wraps a [`TempAllocator`], passes every call through and records it as a
 /// [`Trace`]: each request as `a SIZE ALIGN` (preceded by `t ID` when it
 /// comes from another thread than the request before it; the thread that
 /// made the recorder is 0), each reset as `r`, each
 /// [`mark_inference`](RecordingAllocator::mark_inference) as `i`, and, over a
-/// [`CachingAllocator`], each [`checkpoint`](RecordingAllocator::checkpoint)
-/// and [`rewind`](RecordingAllocator::rewind) as `c ID` and `w ID`.
+/// [`Rewind`] allocator, each checkpoint and rewind (frames and kernels
+/// included) as `c ID` and `w ID`.
 ///
 /// Record a real run of a runtime once, then replay the trace through other
 /// allocators ([`Trace::replay`]) or save it ([`Trace::write_to`]). Requests
@@ -57,6 +57,14 @@ struct Log {
 }
 
 impl Log {
+    /// Room for one more event, or [`Error::OutOfMemory`]: the log must not
+    /// abort a runtime that is being recorded.
+    fn reserve_one(&mut self) -> Result<(), Error> {
+        self.events
+            .try_reserve(1)
+            .map_err(|_| Error::out_of_memory(Layout::new::<Event>()))
+    }
+
     /// The `t` id of the calling thread, numbering it if new.
     fn thread_id(&mut self) -> u32 {
         let me = thread::current().id();
@@ -176,61 +184,68 @@ impl<A: TempAllocator> RecordingAllocator<A> {
     }
 }
 
-impl RecordingAllocator<CachingAllocator> {
-    /// [`CachingAllocator::checkpoint`], recorded as `c ID` so that
-    /// [`Trace::replay_caching`] takes the same checkpoint.
-    ///
-    /// ```
-    /// use tempalloc::{CachingAllocator, KernelContext, RecordingAllocator};
-    ///
-    /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
-    /// let cp = temp.checkpoint()?;
-    /// KernelContext::new(&temp).scratch::<u8>(64)?;
-    /// temp.rewind(cp)?;
-    /// assert_eq!(temp.trace().to_string(), "c 0\na 64 1\nw 0\n");
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    pub fn checkpoint(&mut self) -> Result<RecordedCheckpoint, Error> {
-        let log = self.events_mut();
-        let id = log.checkpoints;
-        log.checkpoints += 1;
-        log.events.push(Event::Checkpoint { id });
-        Ok(RecordedCheckpoint {
-            id,
-            inner: self.inner.checkpoint()?,
-        })
-    }
+/// A [`Rewind`] allocator recorded: each checkpoint as `c ID` and each rewind
+/// as `w ID`, so that [`Trace::replay_caching`] takes and rewinds the same
+/// checkpoints, and frames run over the recorder as over the allocator.
+///
+/// ```
+/// use tempalloc::{CachingAllocator, Error, KernelContext, RecordingAllocator, Rewind};
+///
+/// let mut temp = RecordingAllocator::new(CachingAllocator::new());
+/// let cp = temp.checkpoint()?;
+/// KernelContext::new(&temp).scratch::<u8>(64)?;
+/// temp.rewind(cp)?;
+/// assert_eq!(temp.trace().to_string(), "c 0\na 64 1\nw 0\n");
+///
+/// // A frame is a checkpoint per kernel and a reset at its end.
+/// temp.take_trace();
+/// temp.frame(|inf| inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch::<u8>(8)?.len())))?;
+/// assert_eq!(temp.trace().to_string(), "c 1\na 8 1\nw 1\nr\n");
+/// # Ok::<(), Error>(())
+/// ```
+// SAFETY: checkpoints and rewinds go to `inner` unchanged (a refused one
+// included), which upholds `Rewind`'s contract; the memory it hands out is
+// not inside `inner`, so not inside this wrapper either.
+unsafe impl<A: Rewind> Rewind for RecordingAllocator<A> {
+    type Checkpoint = RecordedCheckpoint<A::Checkpoint>;
 
-    /// [`CachingAllocator::rewind`], recorded as `w ID`.
-    ///
-    /// ```
-    /// use tempalloc::{CachingAllocator, RecordingAllocator};
-    ///
-    /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
-    /// let cp = temp.checkpoint()?;
-    /// temp.rewind(cp)?;
-    /// assert_eq!(temp.trace().len(), 2);
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
+    /// The inner allocator's checkpoint, recorded as `c ID` once taken.
     ///
     /// # Errors
     ///
-    /// As [`CachingAllocator::rewind`] (a stale checkpoint, say); the rewind
-    /// is recorded either way, as the runtime asked for it.
-    pub fn rewind(&mut self, checkpoint: RecordedCheckpoint) -> Result<(), Error> {
-        self.events_mut()
-            .events
-            .push(Event::Rewind { id: checkpoint.id });
+    /// As the inner allocator's, and [`Error::OutOfMemory`] when the log
+    /// cannot grow; nothing is recorded then.
+    fn checkpoint(&self) -> Result<Self::Checkpoint, Error> {
+        let mut log = self.events();
+        log.reserve_one()?;
+        let inner = self.inner.checkpoint()?;
+        let id = log.checkpoints;
+        log.checkpoints += 1;
+        log.events.push(Event::Checkpoint { id });
+        Ok(RecordedCheckpoint { id, inner })
+    }
+
+    /// The inner allocator's rewind, recorded as `w ID` whether or not the
+    /// allocator accepts it (the runtime asked for it).
+    ///
+    /// # Errors
+    ///
+    /// As the inner allocator's (a stale checkpoint, say), and
+    /// [`Error::OutOfMemory`] when the log cannot grow; nothing is recorded
+    /// or rewound then.
+    fn rewind(&mut self, checkpoint: Self::Checkpoint) -> Result<(), Error> {
+        let log = self.events_mut();
+        log.reserve_one()?;
+        log.events.push(Event::Rewind { id: checkpoint.id });
         self.inner.rewind(checkpoint.inner)
     }
 }
 
-/// A [`Checkpoint`] of a [`RecordingAllocator<CachingAllocator>`], with the
-/// id its `c` event got; give it back to
-/// [`RecordingAllocator::rewind`].
+/// A checkpoint of a [`RecordingAllocator`]: the inner allocator's, with the
+/// id its `c` event got.
 ///
 /// ```
-/// use tempalloc::{CachingAllocator, RecordingAllocator};
+/// use tempalloc::{CachingAllocator, RecordingAllocator, Rewind};
 ///
 /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
 /// let cp = temp.checkpoint()?;
@@ -240,16 +255,16 @@ impl RecordingAllocator<CachingAllocator> {
 /// ```
 #[derive(Debug)]
 #[must_use = "a checkpoint does nothing until it is given to `rewind`"]
-pub struct RecordedCheckpoint {
+pub struct RecordedCheckpoint<C> {
     id: u64,
-    inner: Checkpoint,
+    inner: C,
 }
 
-impl RecordedCheckpoint {
+impl<C> RecordedCheckpoint<C> {
     /// The id of the `c` event that recorded it.
     ///
     /// ```
-    /// use tempalloc::{CachingAllocator, RecordingAllocator};
+    /// use tempalloc::{CachingAllocator, RecordingAllocator, Rewind};
     ///
     /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
     /// let (a, b) = (temp.checkpoint()?, temp.checkpoint()?);

@@ -110,7 +110,10 @@ macro_rules! forward_to_inner {
     };
 }
 
-/// A boxed allocator, so a runtime can pick one at run time.
+/// A boxed allocator, so a runtime can pick one at run time. A boxed
+/// allocator has no frames ([`Rewind`](crate::Rewind) is not object-safe);
+/// [`AnyTemp`](crate::AnyTemp) picks one of the crate's allocators at run
+/// time and keeps them.
 ///
 /// ```
 /// use tempalloc::{BumpAllocator, KernelContext, MallocAllocator, TempAllocator};

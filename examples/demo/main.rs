@@ -13,6 +13,10 @@ mod counting;
 mod exact_size_cache;
 mod kernels;
 mod model;
+// The library's generator and median, private to it: included as source.
+#[allow(dead_code)]
+#[path = "../../src/trace/numbers.rs"]
+mod numbers;
 mod plot;
 mod reference;
 mod report;

@@ -1,7 +1,7 @@
 //! The table the demo prints: one row per allocator.
 
+use crate::numbers::median;
 use crate::runtime::{Run, Step};
-use tempalloc::trace::median;
 
 /// Columns (docs/demo.md explains them), over the decode steps (one token
 /// each) unless said otherwise: median ms per token; median microseconds

@@ -1,8 +1,8 @@
 //! The demo's seeded generator: weights, prompt and sampling must be the same
 //! on every run and for every allocator. The stream is the library's
-//! `tempalloc::trace::SplitMix64`; this adds the draws the demo needs.
+//! SplitMix64 (`src/trace/numbers.rs`); this adds the draws the demo needs.
 
-use tempalloc::trace::SplitMix64;
+use crate::numbers::SplitMix64;
 
 #[derive(Debug, Clone)]
 pub struct Rng(SplitMix64);

@@ -244,7 +244,7 @@ pub fn timer_overhead_ns() -> f64 {
             start.elapsed().as_nanos() as f64
         })
         .collect();
-    tempalloc::trace::median(&mut samples)
+    crate::numbers::median(&mut samples)
 }
 
 // SAFETY: every call is forwarded to `inner` unchanged, so `inner`'s
@@ -289,10 +289,10 @@ unsafe impl<A: Rewind> Rewind for Timed<A> {
 
     fn checkpoint(&self) -> Result<Self::Checkpoint, Error> {
         let start = Instant::now();
-        let inner = self.inner.checkpoint()?;
+        let inner = self.inner.checkpoint();
         self.add(start);
         Ok(TimedCheckpoint {
-            inner,
+            inner: inner?,
             live: self.live.load(Relaxed),
         })
     }
@@ -332,7 +332,7 @@ mod tests {
         let r = temp.frame(|inf| {
             inf.scratch::<u8>(1000)?;
             inf.kernel(|ctx| Ok(ctx.scratch::<u8>(5000)?.len()))?;
-            inf.kernel(|ctx| Ok(ctx.scratch::<u8>(3000)?.len()))
+            inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch::<u8>(3000)?.len()))
         });
         assert_eq!(r, Ok(3000));
     }

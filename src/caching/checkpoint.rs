@@ -278,10 +278,10 @@ impl CachingAllocator {
     /// # Errors
     ///
     /// What `f` returns.
-    pub fn frame<R>(
+    pub fn frame<R, E: From<Error>>(
         &mut self,
-        f: impl for<'f> FnOnce(&mut Frame<'f>) -> Result<R, Error>,
-    ) -> Result<R, Error> {
+        f: impl for<'f> FnOnce(&mut Frame<'f, Self>) -> Result<R, E>,
+    ) -> Result<R, E> {
         run_frame(self, f)
     }
 }

@@ -72,14 +72,19 @@ impl Books {
         }
     }
 
+    /// The error for a request past any block size: over the allocator's
+    /// limit or the cache's if there is one, else `otherwise`.
+    pub(super) fn past_any_size(&self, request: Layout, otherwise: Error) -> Error {
+        let own = self.limit.map(|l| (self.held.load(Relaxed), l));
+        let limit = own.or(self.cache.max_bytes().map(|l| (self.cache.held(), l)));
+        let over = |(held, limit)| Error::BudgetExceeded { requested: request.size(), held, limit };
+        limit.map_or(otherwise, over)
+    }
+
     /// A chunk from the cache (see [`BlockCache::take`]), counted.
     pub(super) fn take(&self, need: usize, want: usize, options: ChunkOptions, request: Layout) -> Result<Chunk, Error> {
         let (Some(least), Some(most)) = (size_class(need), size_class(want.max(need))) else {
-            // Past any block size: over a limit if there is one.
-            let own = self.limit.map(|l| (self.held.load(Relaxed), l));
-            let limit = own.or(self.cache.max_bytes().map(|l| (self.cache.held(), l)));
-            let over = limit.map(|(held, limit)| Error::BudgetExceeded { requested: request.size(), held, limit });
-            return Err(over.unwrap_or(Error::out_of_memory(request)));
+            return Err(self.past_any_size(request, Error::out_of_memory(request)));
         };
         // A size class the limit allows, so the cache takes no more.
         let admitted = self.admit(least, most, request)?;

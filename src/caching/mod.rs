@@ -449,7 +449,7 @@ impl CachingAllocator {
             shared.totals.allocations += 1;
             return Ok(dangling(layout));
         }
-        let padded = DebugState::padded(layout)?;
+        let padded = DebugState::padded(layout).map_err(|e| self.books.past_any_size(layout, e))?;
         shared.debug.reserve(layout)?;
         let ptr = if layout.size() >= self.dedicated_from {
             self.allocate_dedicated(shared, layout, CANARY_LEN)?.cast()

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::Trace;
+use super::numbers::median;
 use crate::{Error, TempAllocator};
 
 /// One allocator's numbers on one trace, as [`compare`] measured them.
@@ -143,24 +144,4 @@ pub fn compare_counting<'a>(
         }
     }
     Ok(rows)
-}
-
-/// The median of `samples` (sorted in place): the mean of the two middle
-/// values for an even count, NaN for none. The one median the examples,
-/// benchmarks and [`compare`] share.
-///
-/// ```
-/// use tempalloc::trace::median;
-///
-/// assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-/// assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
-/// assert!(median(&mut []).is_nan());
-/// ```
-pub fn median(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    match samples.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => samples[n / 2],
-        n => (samples[n / 2 - 1] + samples[n / 2]) / 2.0,
-    }
 }

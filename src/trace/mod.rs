@@ -31,6 +31,7 @@
 //! ```
 
 mod compare;
+mod numbers;
 mod parse;
 mod replay;
 mod workloads;
@@ -38,10 +39,10 @@ mod workloads;
 use core::fmt;
 use std::io::{self, BufWriter, Write};
 
-pub use compare::{Comparison, compare, compare_counting, median};
+pub use compare::{Comparison, compare, compare_counting};
 pub use parse::ParseError;
 pub use replay::ReplayStats;
-pub use workloads::{Decode, Mixed, SplitMix64, Steady, decode, mixed, steady, workload};
+pub use workloads::{Decode, Mixed, Steady, decode, mixed, steady, workload};
 
 /// One line of a trace.
 ///

@@ -1,6 +1,7 @@
 //! The three reference workloads (`steady`, `decode`, `mixed`), with the
 //! shapes of `traces/gen_traces.py`.
 
+use super::numbers::SplitMix64;
 use super::{Event, Trace};
 
 /// The same scratch every inference, reset after every kernel.
@@ -305,72 +306,6 @@ pub fn mixed() -> Trace {
     Mixed::default().generate()
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): a small seeded generator, one add
-/// and a few mixes per draw. The generators above use it; so can a runtime's
-/// own workloads and demos that need the same numbers on every run.
-///
-/// ```
-/// use tempalloc::trace::SplitMix64;
-///
-/// let (mut a, mut b) = (SplitMix64::new(7), SplitMix64::new(7));
-/// assert_eq!(a.next_u64(), b.next_u64());
-/// let x = a.unit();
-/// assert!((0.0..1.0).contains(&x));
-/// assert!((3..=5).contains(&a.inclusive(3, 5)));
-/// ```
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator whose stream is fixed by `seed`.
-    ///
-    /// ```
-    /// let mut rng = tempalloc::trace::SplitMix64::new(0);
-    /// assert_eq!(rng.next_u64(), 0xE220_A839_7B1D_CDAF);
-    /// ```
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    ///
-    /// ```
-    /// let mut rng = tempalloc::trace::SplitMix64::new(1);
-    /// assert_ne!(rng.next_u64(), rng.next_u64());
-    /// ```
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`, 53 bits.
-    ///
-    /// ```
-    /// let mut rng = tempalloc::trace::SplitMix64::new(2);
-    /// assert!((0.0..1.0).contains(&rng.unit()));
-    /// ```
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in `lo..=hi` (the bounds are swapped if `lo > hi`); the bias
-    /// is below `span / 2^64`.
-    ///
-    /// ```
-    /// let mut rng = tempalloc::trace::SplitMix64::new(3);
-    /// assert_eq!(rng.inclusive(4, 4), 4);
-    /// assert!((1..=6).contains(&rng.inclusive(6, 1)));
-    /// ```
-    pub fn inclusive(&mut self, lo: usize, hi: usize) -> usize {
-        let (lo, hi) = (lo.min(hi), lo.max(hi));
-        let span = (hi - lo) as u128 + 1;
-        lo + ((self.next_u64() as u128 * span) >> 64) as usize
-    }
-}
-
 /// The built-in workload called `name` (`"steady"`, `"decode"` or
 /// `"mixed"`), as [`steady`], [`decode`] and [`mixed`] generate it; `None`
 /// for any other name (a trace file, say).
@@ -387,5 +322,33 @@ pub fn workload(name: &str) -> Option<Trace> {
         "decode" => Some(decode()),
         "mixed" => Some(mixed()),
         _ => None,
+    }
+}
+
+// The generator and the median (`numbers.rs`, which the examples include
+// as source, so its tests live here).
+#[cfg(test)]
+mod tests {
+    use super::super::numbers::{SplitMix64, median};
+
+    #[test]
+    fn splitmix64_is_the_published_stream_and_its_draws_stay_in_range() {
+        // The first output for seed 0 in the reference implementation.
+        assert_eq!(SplitMix64::new(0).next_u64(), 0xE220_A839_7B1D_CDAF);
+        let (mut a, mut b) = (SplitMix64::new(7), SplitMix64::new(7));
+        assert_eq!(a.next_u64(), b.next_u64());
+        let mut rng = SplitMix64::new(2);
+        for _ in 0..1000 {
+            assert!((0.0..1.0).contains(&rng.unit()));
+            assert!((1..=6).contains(&rng.inclusive(6, 1)));
+        }
+        assert_eq!(rng.inclusive(4, 4), 4);
+    }
+
+    #[test]
+    fn median_of_odd_even_and_no_samples() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&mut []).is_nan());
     }
 }

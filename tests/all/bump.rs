@@ -158,7 +158,7 @@ fn a_kernel_failure_inside_a_frame_is_returned_and_the_frame_goes_on() {
         assert!(matches!(big, Err(Error::BudgetExceeded { .. })), "{big:?}");
         inf.kernel(|ctx| Ok(ctx.scratch_copy(act)?.iter().sum::<u32>()))
     });
-    assert_eq!(r, Ok(16 * 7));
+    assert_eq!(r, Ok::<_, Error>(16 * 7));
     assert_eq!(temp.stats().bytes_live, 0);
 }
 

@@ -563,7 +563,7 @@ fn header_is_what_cbindgen_generates() {
 // ---------------------------------------------------------------------------
 
 /// Runs `cmd`, returning its output; fails the test with stderr if it fails.
-fn run(cmd: &mut Command) -> String {
+pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     let text = format!(
         "{}{}",
@@ -580,7 +580,7 @@ fn run(cmd: &mut Command) -> String {
 
 /// The compiler named by `var` (else `default`), or `None` with the reason
 /// printed, so the test is skipped where there is none.
-fn compiler(test: &str, var: &str, default: &str) -> Option<String> {
+pub(crate) fn compiler(test: &str, var: &str, default: &str) -> Option<String> {
     let cc = std::env::var(var).unwrap_or_else(|_| default.to_string());
     if !cfg!(unix) {
         eprintln!("skipping {test}: the link line is only set up for Unix");
@@ -613,13 +613,22 @@ fn static_lib() -> &'static Path {
 /// Compiles `source` with `cc` and `flags` against the static library, runs
 /// it, and checks it passed.
 fn build_and_run(cc: &str, flags: &[&str], source: &str, exe: &str) {
+    let output = build_and_run_file(cc, flags, &Path::new(MANIFEST_DIR).join(source), exe);
+    println!("{output}");
+    assert!(output.contains("all checks passed"), "{output}");
+}
+
+/// Compiles `source` with `cc` and `flags` (and `include/` on the include
+/// path) against the static library, runs it and returns its output; fails
+/// the test if any step fails or the program exits non-zero.
+pub(crate) fn build_and_run_file(cc: &str, flags: &[&str], source: &Path, exe: &str) -> String {
     let root = Path::new(MANIFEST_DIR);
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(exe);
     let mut cmd = Command::new(cc);
     cmd.args(flags)
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-I"])
         .arg(root.join("include"))
-        .arg(root.join(source))
+        .arg(source)
         .arg(static_lib())
         .arg("-o")
         .arg(&exe);
@@ -629,9 +638,7 @@ fn build_and_run(cc: &str, flags: &[&str], source: &str, exe: &str) {
         cmd.args(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"]);
     }
     run(&mut cmd);
-    let output = run(&mut Command::new(&exe));
-    println!("{output}");
-    assert!(output.contains("all checks passed"), "{output}");
+    run(&mut Command::new(&exe))
 }
 
 #[test]
@@ -656,4 +663,55 @@ fn c_smoke_test_passes() {
             "c_smoke",
         );
     }
+}
+
+/// Issue 20, item 14: every Rust item the header names (`Type::item`)
+/// exists in the file that defines the type (it once named
+/// `CachingConfig::max_cached_bytes`, which never existed).
+#[test]
+#[cfg_attr(miri, ignore = "reads the source tree, which Miri's isolation forbids")]
+fn the_header_names_only_rust_items_that_exist() {
+    let root = Path::new(MANIFEST_DIR);
+    let header = std::fs::read_to_string(root.join("include/tempalloc.h")).expect("header");
+    let mut sources = Vec::new();
+    let mut dirs = vec![root.join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).expect("src").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                sources.push(std::fs::read_to_string(&path).expect("source"));
+            }
+        }
+    }
+    let mut checked = 0;
+    for word in header.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')) {
+        let Some((ty, item)) = word.split_once("::") else {
+            continue;
+        };
+        // The crate's own types start upper case (`isize::MAX` is core's).
+        if !ty.starts_with(char::is_uppercase) || item.is_empty() || item.contains(':') {
+            continue;
+        }
+        let definers: Vec<&String> = sources
+            .iter()
+            .filter(|s| s.contains(&format!("struct {ty} ")) || s.contains(&format!("enum {ty} ")))
+            .collect();
+        assert!(!definers.is_empty(), "the header names `{word}`: no type `{ty}` in src/");
+        let defined = definers.iter().any(|s| {
+            [
+                format!("fn {item}("),
+                format!("fn {item}<"),
+                format!("pub {item}:"),
+                format!("    {item} {{"),
+                format!("    {item},"),
+            ]
+            .iter()
+            .any(|pattern| s.contains(pattern.as_str()))
+        });
+        assert!(defined, "the header names `{word}`, which `{ty}` does not have");
+        checked += 1;
+    }
+    assert!(checked > 5, "the scan found the header's Rust names ({checked})");
 }

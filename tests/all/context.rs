@@ -14,7 +14,7 @@ fn with_context_returns_the_value_and_resets_after() {
                     .enumerate()
                     .for_each(|(i, v)| *v = i as u64 * step);
                 let during = ctx.temp().unwrap().stats();
-                Ok((x.iter().sum::<u64>(), during))
+                Ok::<_, Error>((x.iter().sum::<u64>(), during))
             })
             .unwrap();
             assert_eq!(sum, 4950 * step, "{name}");

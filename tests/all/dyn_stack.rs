@@ -51,7 +51,7 @@ fn stacks_of_warm_kernels_make_no_system_allocation() {
         with_context(temp, |ctx| {
             let stack = ctx.mem_stack(StackReq::new::<f32>(n))?;
             let (v, _) = stack.make_with::<f32>(n, |i| i as f32);
-            Ok(v.iter().sum::<f32>())
+            Ok::<_, Error>(v.iter().sum::<f32>())
         })
     };
     kernel(&mut temp, 4096).unwrap();

@@ -8,7 +8,7 @@ use std::alloc::Layout;
 
 use model::{DEFAULT_CAP, ExactSizeCache};
 use tempalloc::trace::Trace;
-use tempalloc::{Rewind, TempAllocator};
+use tempalloc::{Error, Rewind, TempAllocator};
 
 use crate::util::refuses_foreign_and_stale;
 
@@ -222,7 +222,7 @@ fn frames_run_on_the_model() {
             for _ in 0..3 {
                 sum += inf.kernel(|ctx| Ok(ctx.scratch_copy(act)?.iter().sum::<u32>()))?;
             }
-            Ok(sum)
+            Ok::<_, Error>(sum)
         });
         assert_eq!(sum, Ok(300));
     }

@@ -329,7 +329,7 @@ fn fixed_makes_no_system_allocation() {
             });
             assert_eq!(r, Err(Error::InvalidAlignment { align: 3 }));
             assert_eq!(
-                with_context(&mut temp, |ctx| Ok(ctx.scratch::<u8>(9)?.len())),
+                with_context(&mut temp, |ctx| Ok::<_, Error>(ctx.scratch::<u8>(9)?.len())),
                 Ok(9)
             );
         }

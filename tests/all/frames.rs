@@ -24,6 +24,9 @@ macro_rules! for_each_rewind {
     ($body:ident) => {{
         #[cfg(feature = "std")]
         $body(&mut caching());
+        // The same through the run-time choice (issue 20, item 4).
+        #[cfg(feature = "std")]
+        $body(&mut tempalloc::AnyTemp::from(caching()));
         // Uninitialised without a per-byte loop, which Miri would interpret.
         let mut buf = Box::<[u8]>::new_uninit_slice(1 << 20);
         $body(&mut FixedAllocator::new(&mut buf));
@@ -75,7 +78,7 @@ fn same_memory_every_call<A: Rewind>(temp: &mut A) {
             assert_eq!(*seen.get_or_insert(addr), addr, "round {round}");
             check(act, 1);
         }
-        Ok(())
+        Ok::<_, Error>(())
     })
     .unwrap();
 }
@@ -100,7 +103,7 @@ fn nested<A: Rewind>(temp: &mut A) -> Vec<(usize, usize)> {
             })?;
             check(weights, 1);
         }
-        Ok(())
+        Ok::<_, Error>(())
     })
     .unwrap();
     seen
@@ -137,7 +140,7 @@ fn recorded_failure_wins<A: Rewind>(temp: &mut A) {
     });
     assert_eq!(r, Err(Error::InvalidAlignment { align: 24 }));
     // The next kernel starts clean.
-    assert_eq!(temp.frame(|inf| inf.kernel(|_| Ok(5))), Ok(5));
+    assert_eq!(temp.frame(|inf| inf.kernel(|_| Ok::<_, Error>(5))), Ok(5));
 }
 
 #[test]
@@ -171,7 +174,7 @@ fn panicking_kernel<A: Rewind>(temp: &mut A) {
         let next = inf.kernel(|ctx| Ok(ctx.allocate_temp(4096, 64)?.as_ptr() as usize))?;
         assert_eq!(next, at);
         check(act, 3);
-        Ok(())
+        Ok::<_, Error>(())
     })
     .unwrap();
     assert_eq!(temp.stats().bytes_live, 0);
@@ -192,7 +195,10 @@ fn panicking_frame<A: Rewind>(temp: &mut A) {
     assert!(caught.is_err());
     assert_eq!(temp.stats().resets, 1);
     // And it still works.
-    assert_eq!(temp.frame(|inf| Ok(inf.scratch::<u8>(10)?.len())), Ok(10));
+    assert_eq!(
+        temp.frame(|inf| Ok::<_, Error>(inf.scratch::<u8>(10)?.len())),
+        Ok(10)
+    );
 }
 
 #[cfg(feature = "std")]
@@ -212,7 +218,7 @@ fn frames_work_over_malloc_and_free_each_kernel() {
             assert_eq!(s.bytes_live, 100);
         }
         check(act, 5);
-        Ok(())
+        Ok::<_, Error>(())
     })
     .unwrap();
     assert_eq!(temp.stats().bytes_held, 0);
@@ -283,7 +289,7 @@ fn threaded_both_ways<A: Rewind>(temp: &mut A) {
             total += inf.kernel(|ctx| threaded_kernel(ctx, None))?;
             check(act, 9);
         }
-        Ok(total)
+        Ok::<_, Error>(total)
     });
     assert_eq!(r, Ok(2 * want));
     // A worker's recorded failure reaches the runtime.
@@ -324,7 +330,7 @@ fn a_threaded_kernel_runs_on_a_rayon_pool() {
         for _ in 0..3 {
             total += inf.kernel(|ctx| pooled(ctx, &pool))?;
         }
-        Ok(total)
+        Ok::<_, Error>(total)
     });
     assert_eq!(r, Ok(3 * want));
 }

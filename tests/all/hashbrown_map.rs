@@ -3,7 +3,7 @@
 //! counts for a repetition penalty, with no system allocation once warm.
 
 use hashbrown::{DefaultHashBuilder, HashMap};
-use tempalloc::{CachingAllocator, KernelContext, TempAllocator, with_context};
+use tempalloc::{CachingAllocator, Error, KernelContext, TempAllocator, with_context};
 
 /// Lowers the logit of every token seen in `history` by `penalty` per
 /// occurrence; the counts live in a map in the kernel's scratch.
@@ -36,7 +36,7 @@ fn a_hash_map_in_scratch_makes_no_system_allocation_after_warm_up() {
         let mut logits = vec![0.0f32; 512];
         with_context(temp, |ctx| {
             repetition_penalty(ctx, &history, 0.5, &mut logits);
-            Ok(())
+            Ok::<_, Error>(())
         })
         .unwrap();
         logits

@@ -12,6 +12,7 @@ mod counting;
 #[cfg(all(feature = "std", feature = "dyn-stack"))]
 mod dyn_stack;
 mod fixed;
+mod frame_api;
 mod frames;
 mod patterns;
 mod stats;
@@ -24,11 +25,14 @@ macro_rules! with_std {
 
 // The modules that need the library's `std` allocators.
 with_std! {
+    mod any_temp;
     mod bad_input;
     mod budget;
     mod bump;
     mod caching;
     mod capi;
+    mod capi_checks;
+    mod capi_docs;
     mod context;
     mod debug_checks;
     mod errors;

@@ -136,7 +136,7 @@ fn recording_a_sync_allocator_is_sync() {
 #[test]
 fn worker_threads_and_checkpoints_are_recorded_and_replayed_faithfully() {
     use tempalloc::trace::Event;
-    use tempalloc::{CachingAllocator, KernelContext, RecordingAllocator, TempAllocator};
+    use tempalloc::{CachingAllocator, KernelContext, RecordingAllocator, Rewind, TempAllocator};
 
     let mut temp = RecordingAllocator::new(CachingAllocator::new());
     for _ in 0..2 {
@@ -183,22 +183,47 @@ fn worker_threads_and_checkpoints_are_recorded_and_replayed_faithfully() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "reads ../shared/traces, which Miri's isolation forbids"
-)]
+#[cfg_attr(miri, ignore = "reads tests/data, which Miri's isolation forbids")]
 fn traces_written_before_threads_and_checkpoints_still_read() {
     // The format of the reference traces: `a`, `r`, `i` and comments only.
     let trace = tempalloc::trace::Trace::parse("# old\na 64 64\nr\ni\n").unwrap();
     assert_eq!(trace.to_string(), "a 64 64\nr\ni\n");
+    // The first lines of each reference trace, as the package ships them.
     for name in ["steady", "decode", "mixed"] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/traces")
-            .join(format!("{name}.trace"));
-        // Only where the shared folder sits beside the clone (CI, this machine).
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let trace = tempalloc::trace::Trace::parse(&text).expect("an old trace parses");
-            assert!(trace.requests() > 0, "{name}");
-        }
+            .join("tests/data")
+            .join(format!("{name}.head.trace"));
+        let text = std::fs::read_to_string(&path).expect("tests/data ships the heads");
+        assert!(text.starts_with("# "), "{name}: the reference's comment line");
+        let trace = tempalloc::trace::Trace::parse(&text).expect("an old trace parses");
+        assert!(trace.requests() > 100, "{name}");
     }
+}
+
+/// Issue 20, item 8: a recorder over any `Rewind` allocator runs frames, and
+/// the trace replays them through `CachingAllocator` with the same
+/// checkpoints and rewinds.
+#[test]
+fn frames_over_a_recorder_record_their_checkpoints_and_replay() {
+    use tempalloc::{Error, MallocAllocator, RecordingAllocator, Rewind, TempAllocator};
+    let mut temp = RecordingAllocator::new(MallocAllocator::new());
+    let sum = temp.frame(|inf| {
+        let act = inf.scratch_fill(10, 2u32)?;
+        let mut sum = 0;
+        for _ in 0..2 {
+            sum += inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch_copy(act)?.iter().sum::<u32>()))?;
+        }
+        Ok::<_, Error>(sum)
+    });
+    assert_eq!(sum, Ok(40));
+    assert_eq!(temp.inner().stats().bytes_live, 0);
+    let (_, trace) = temp.into_parts();
+    assert_eq!(
+        trace.to_string(),
+        "a 40 4\nc 0\na 40 4\nw 0\nc 1\na 40 4\nw 1\nr\n"
+    );
+    let replayed = trace
+        .replay_caching(&mut tempalloc::CachingAllocator::new())
+        .expect("replays");
+    assert_eq!((replayed.requests, replayed.resets), (3, 1));
 }

@@ -28,7 +28,7 @@ fn fail_at_fails_exactly_the_nth_request_and_keeps_the_rest() {
                     }
                 }
             }
-            Ok(())
+            Ok::<_, Error>(())
         });
         assert_eq!(r, Ok(()), "the kernel handled it");
         assert_eq!(served.len(), 4, "n = {n}");
@@ -75,7 +75,7 @@ fn boxes_and_mutable_borrows_are_allocators() {
     // `&mut Box<dyn TempAllocator>` and the box itself, as `dyn`.
     let dynamic: &mut dyn TempAllocator = &mut boxed;
     assert_eq!(
-        with_context(dynamic, |ctx| Ok(ctx.scratch::<u8>(3)?.len())),
+        with_context(dynamic, |ctx| Ok::<_, Error>(ctx.scratch::<u8>(3)?.len())),
         Ok(3)
     );
     assert_eq!(boxed.stats().resets, 3);
@@ -109,6 +109,6 @@ fn a_failure_injected_into_a_frame_comes_out_and_keeps_earlier_scratch() {
         );
         assert_eq!(kernels_done, n - 2, "n = {n}");
         // The allocator is fine afterwards.
-        assert_eq!(temp.frame(|inf| Ok(inf.scratch::<u8>(10)?.len())), Ok(10));
+        assert_eq!(temp.frame(|inf| Ok::<_, Error>(inf.scratch::<u8>(10)?.len())), Ok(10));
     }
 }

@@ -51,6 +51,20 @@ int main(void) {
   /* Memory is taken in the first round only. */
   CHECK(warm >= 1 && stats.system_allocations == warm);
   CHECK(tempalloc_allocator_stats(NULL, &stats) == TEMPALLOC_ERROR_NULL_ARGUMENT);
+  /* The numbers, and the message with them. */
+  {
+    tempalloc_error_detail detail;
+    char message[160];
+    size_t len;
+    CHECK(tempalloc_allocate_detailed(alloc, 16 << 20, 64, &detail) == NULL);
+    CHECK(detail.code == TEMPALLOC_ERROR_BUDGET_EXCEEDED);
+    CHECK(detail.requested == (16u << 20) && detail.limit == (8u << 20));
+    len = tempalloc_error_describe(&detail, message, sizeof message);
+    CHECK(len > 0 && len < sizeof message && strlen(message) == len);
+    CHECK(strstr(message, "16777216 bytes requested") != NULL);
+    CHECK(tempalloc_allocate_detailed(alloc, 64, 64, &detail) != NULL);
+    CHECK(detail.code == TEMPALLOC_OK);
+  }
 
   /* Checkpoints: a kernel's scratch is recycled, the inference's kept. */
   {

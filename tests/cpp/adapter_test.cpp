@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "tempalloc.hpp"
@@ -225,7 +226,19 @@ void test_errors() {
   Adapter small(limited, 0);
   CHECK(small.allocate(4 << 20, 64) == nullptr);
   CHECK(small.last_error() == TEMPALLOC_ERROR_BUDGET_EXCEEDED);
+  // The numbers survive the C boundary (issue 20, item 11).
+  tempalloc_error_detail detail = small.last_error_detail();
+  CHECK(detail.code == TEMPALLOC_ERROR_BUDGET_EXCEEDED);
+  CHECK(detail.requested == (4u << 20) && detail.limit == (1u << 20));
+  CHECK(detail.held <= detail.limit);
+  std::string text = small.last_error_description();
+  CHECK(text.find("4194304 bytes requested") != std::string::npos);
+  CHECK(text.find("limit is 1048576 bytes") != std::string::npos);
   CHECK(small.allocate(1000, 64) != nullptr);
+  CHECK(small.last_error_detail().requested == (4u << 20));  // kept until cleared
+  small.clear_error();
+  CHECK(small.last_error_detail().code == TEMPALLOC_OK);
+  CHECK(small.last_error_description() == "success");
 
   // Errors are per object.
   Adapter other(tempalloc_config_default(), 0);
@@ -257,7 +270,7 @@ void test_errors() {
   CHECK(orphan.last_error() == TEMPALLOC_ERROR_NULL_ARGUMENT);
   orphan.reset();  // harmless
 
-  for (tempalloc_error code = TEMPALLOC_OK; code <= TEMPALLOC_ERROR_INVALID_HANDLE; ++code) {
+  for (tempalloc_error code = TEMPALLOC_OK; code <= TEMPALLOC_ERROR_CONCURRENT_USE; ++code) {
     CHECK(tempalloc_error_message(code) != nullptr);
     CHECK(std::strcmp(tempalloc_error_message(code), "unknown tempalloc error code") != 0);
   }
@@ -319,9 +332,61 @@ void test_checkpoints() {
   CHECK(temp.check() == TEMPALLOC_OK);
 }
 
+// ExecuTorch's MemoryAllocator shape (issue 20, item 12): a default
+// alignment on allocate() taken from the class, and non-virtual size() and
+// base_address() describing the buffer given to the constructor.
+class EtShapedAllocator {
+ public:
+  static constexpr size_t kDefaultAlignment = 32;
+  EtShapedAllocator(uint32_t size, uint8_t* base_address)
+      : base_address_(base_address), size_(size) {}
+  virtual ~EtShapedAllocator() = default;
+  virtual void* allocate(size_t size, size_t alignment = kDefaultAlignment) {
+    (void)size;
+    (void)alignment;
+    return nullptr;  // the real one bumps in its buffer; never called here
+  }
+  virtual void reset() {}
+  uint8_t* base_address() const { return base_address_; }
+  uint32_t size() const { return size_; }
+  template <typename T>
+  T* allocateList(size_t n, size_t alignment = alignof(T)) {
+    return static_cast<T*>(allocate(n * sizeof(T), alignment));
+  }
+
+ private:
+  uint8_t* base_address_;
+  uint32_t size_;
+};
+
+void test_executorch_shape() {
+  tempalloc::TempallocAllocator<EtShapedAllocator> temp(tempalloc_config_default(), 0,
+                                                         nullptr);
+  static_assert(decltype(temp)::kDefaultAlignment == 32, "Base's default alignment");
+  static_assert(Adapter::kDefaultAlignment == alignof(void*),
+                "alignof(void*) for a base without one");
+  EtShapedAllocator& base = temp;
+  // The default argument, through the adapter and through the base.
+  for (int i = 0; i < 100; ++i) {
+    void* p = temp.allocate(24);
+    void* q = base.allocate(40);
+    CHECK(p != nullptr && q != nullptr);
+    CHECK(aligned(p, 32) && aligned(q, 32));
+  }
+  // The base's own helpers reach tempalloc through the virtual call.
+  double* list = base.allocateList<double>(16);
+  CHECK(list != nullptr && aligned(list, alignof(double)));
+  // size() and base_address() are the base's: what its constructor got.
+  CHECK(base.size() == 0 && base.base_address() == nullptr);
+  CHECK(temp.stats().bytes_live >= 100 * (24 + 40) + 16 * sizeof(double));
+  base.reset();
+  CHECK(temp.stats().bytes_live == 0);
+}
+
 }  // namespace
 
 int main() {
+  test_executorch_shape();
   test_attention_through_resets();
   test_alignment_and_writes();
   test_errors();

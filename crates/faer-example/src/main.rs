@@ -12,6 +12,10 @@
 
 #[path = "../../../examples/common/counting.rs"]
 mod counting;
+// tempalloc's seeded generator, private to the library: included as source.
+#[allow(dead_code)]
+#[path = "../../../src/trace/numbers.rs"]
+mod numbers;
 
 use std::process::ExitCode;
 
@@ -19,7 +23,6 @@ use faer::linalg::cholesky::llt::factor::{self, LltError, LltRegularization};
 use faer::linalg::cholesky::llt::solve;
 use faer::linalg::solvers::Solve;
 use faer::{Mat, MatMut, Par, Side, Spec};
-use tempalloc::trace::SplitMix64;
 use tempalloc::{CachingAllocator, Error, KernelContext, TempAllocator, with_context};
 
 #[global_allocator]
@@ -39,7 +42,7 @@ struct Problem {
 /// `A = M^T M + n I` and `B` from a fixed seed; sizes vary by layer.
 fn problem(layer: usize) -> Problem {
     let n = 64 + 48 * layer;
-    let mut rng = SplitMix64::new(0xFAE5 + layer as u64);
+    let mut rng = numbers::SplitMix64::new(0xFAE5 + layer as u64);
     let m = Mat::<f64>::from_fn(n, n, |_, _| rng.unit() - 0.5);
     let mut a = m.transpose() * &m;
     for i in 0..n {

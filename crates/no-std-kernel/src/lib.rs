@@ -10,7 +10,7 @@
 
 use core::mem::MaybeUninit;
 
-use tempalloc::{Error, FixedAllocator, KernelContext, Rewind};
+use tempalloc::{Error, FixedAllocator, Frame, KernelContext, Rewind};
 
 /// Normalises each row of `x` (`cols` wide) by its root mean square, scales
 /// it by `weight`, and quantizes it to `i8` with one scale per row:
@@ -46,6 +46,45 @@ pub fn rms_norm_quantize(
     Ok(())
 }
 
+/// The smallest and largest value of a row, kept in scratch as one
+/// zero-initialised element: a kernel's own type, derived `Zeroable` through
+/// tempalloc's re-export (no `bytemuck` dependency here).
+#[derive(Clone, Copy, Debug, PartialEq, tempalloc::Zeroable)]
+#[bytemuck(crate = "tempalloc::bytemuck")]
+pub struct RowRange {
+    /// The smallest value (0 for an empty row).
+    pub min: f32,
+    /// The largest value (0 for an empty row).
+    pub max: f32,
+}
+
+/// The range of each row of `x` (`cols` wide), in scratch.
+///
+/// # Errors
+///
+/// What the context's allocator returns for the ranges.
+pub fn row_ranges<'a>(
+    ctx: &KernelContext<'a>,
+    x: &[f32],
+    cols: usize,
+) -> Result<&'a mut [RowRange], Error> {
+    let ranges = ctx.scratch::<RowRange>(x.len() / cols.max(1))?;
+    for (range, row) in ranges.iter_mut().zip(x.chunks_exact(cols.max(1))) {
+        let first = row.first().copied().unwrap_or(0.0);
+        *range = row.iter().fold(
+            RowRange {
+                min: first,
+                max: first,
+            },
+            |r, &v| RowRange {
+                min: r.min.min(v),
+                max: r.max.max(v),
+            },
+        );
+    }
+    Ok(ranges)
+}
+
 /// A firmware's inference step: one frame over `buf`, the input copied into
 /// frame scratch (it lives for the whole inference), then the kernel in a
 /// kernel frame, whose scratch is recycled when it returns. Returns the
@@ -62,11 +101,27 @@ pub fn run_on_buffer(
     scales: &mut [f32],
 ) -> Result<usize, Error> {
     let mut temp = FixedAllocator::new(buf);
-    temp.frame(|inf| {
-        let input = inf.scratch_copy(x)?;
-        inf.kernel(|ctx| rms_norm_quantize(ctx, input, weight, out, scales))?;
-        Ok(inf.stats().high_water)
-    })
+    temp.frame(|inf| step(inf, x, weight, out, scales))
+}
+
+/// One inference step in a frame the caller runs: a library names the
+/// frame's allocator (`Frame` has no default type), so this signature means
+/// the same whether or not anything in the build turns on `tempalloc/std`
+/// (CI builds this crate both ways).
+///
+/// # Errors
+///
+/// As [`run_on_buffer`].
+pub fn step(
+    inf: &mut Frame<'_, FixedAllocator<'_>>,
+    x: &[f32],
+    weight: &[f32],
+    out: &mut [i8],
+    scales: &mut [f32],
+) -> Result<usize, Error> {
+    let input = inf.scratch_copy(x)?;
+    inf.kernel(|ctx| rms_norm_quantize(ctx, input, weight, out, scales))?;
+    Ok(inf.stats().high_water)
 }
 
 #[cfg(test)]
@@ -127,6 +182,22 @@ mod tests {
         assert_eq!((&out, &scales), (&want.0, &want.1));
         // The input for the frame and one scratch row for the kernel.
         assert_eq!(peak, (ROWS * COLS + COLS) * 4);
+    }
+
+    #[test]
+    fn a_derived_element_type_is_zeroed_scratch() {
+        let (x, _) = input();
+        let mut temp = CachingAllocator::new();
+        let ranges = with_context(&mut temp, |ctx| {
+            Ok::<_, Error>(row_ranges(ctx, &x, COLS)?.to_vec())
+        })
+        .unwrap();
+        for (range, row) in ranges.iter().zip(x.chunks_exact(COLS)) {
+            let min = row.iter().copied().fold(f32::MAX, f32::min);
+            let max = row.iter().copied().fold(f32::MIN, f32::max);
+            assert_eq!(*range, RowRange { min, max });
+        }
+        assert_eq!(ranges.len(), ROWS);
     }
 
     #[test]

@@ -527,7 +527,7 @@ mod tests {
                 temp.frame(|inf| {
                     let out = inf.scratch::<f32>(q.len())?;
                     inf.kernel(|ctx| sdpa(ctx, &pool, plan, inputs, out))?;
-                    Ok(reference::max_abs_diff(out, &expected))
+                    Ok::<_, Error>(reference::max_abs_diff(out, &expected))
                 })
             };
             assert!(step().is_ok(), "warm-up");

@@ -1,7 +1,9 @@
 //! `dyn-stack` interop (feature `dyn-stack`): a [`MemStack`] carved from a
 //! kernel's scratch, for code written against `dyn-stack`'s convention
-//! (faer, gemm): ask the library for its [`StackReq`], take the stack from
-//! the context, call the library.
+//! (faer's `*_scratch()` functions and the routines that take
+//! `&mut MemStack`; `gemm::gemm` takes none, it allocates inside): ask the
+//! library for its [`StackReq`], take the stack from the context, call the
+//! library.
 
 use dyn_stack::{MemStack, StackReq};
 

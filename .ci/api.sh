@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# CI steps of the API work (issue 20): features that only add, the C and C++
+# build integration, packaging and the MSRV. Called from .ci/run; run from
+# the project root on a fresh clone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { echo "-- $*"; }
+
+# Issue 20, item 2: no public type, default or signature changes with a
+# feature. crates/no-std-kernel names `Frame<'_, FixedAllocator<'_>>` in its
+# API; it must build on its own (no `std`) and in one build with a crate that
+# turns `tempalloc/std` on (the root package, default features), where
+# feature unification gives it `std`.
+step "no-std-kernel: alone, with tempalloc/std, and beside a crate enabling std"
+cargo check -p no-std-kernel
+cargo check -p no-std-kernel --features tempalloc/std
+cargo check -p no-std-kernel -p tempalloc
+
+# Issue 20, item 9: the docs.rs build (every feature, `--cfg docsrs` on
+# nightly) has no warning, and feature-gated items say which feature they need.
+step "docs.rs: all features, doc_cfg"
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal
+fi
+RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo +nightly doc --no-deps --all-features
+grep -q 'Available on <strong>crate feature <code>std</code></strong> only' \
+    target/doc/tempalloc/struct.CachingAllocator.html
+grep -q 'Available on <strong>crate feature <code>capi</code></strong> only' \
+    target/doc/tempalloc/capi/index.html
+grep -q 'crate feature <code>dyn-stack</code>' target/doc/tempalloc/struct.KernelContext.html
+grep -Eq '^all-features = true$' Cargo.toml
+
+# Issue 20, item 10: every C and C++ block of README.md and docs/capi.md,
+# read from the files, compiled, linked and run (also part of
+# `cargo test --features capi`; named here so a failure says where).
+step "C and C++ blocks of the docs"
+cargo test --quiet --features capi --test all capi_docs
+
+# Issue 20, item 13: the C library as a C or C++ project gets it.
+step "C library: the benchmark harness's build, SONAME, release-capi"
+# The command ../shared/bench/et-compare.sh runs must keep working.
+cargo rustc --quiet --release --lib --features capi --crate-type cdylib
+cargo rustc --quiet --profile release-capi --lib --features capi --crate-type cdylib
+cargo rustc --quiet --profile release-capi --lib --features capi --crate-type staticlib
+readelf -d target/release-capi/libtempalloc.so | grep -q 'Library soname: \[libtempalloc.so.0.1\]'
+ls -l target/release/libtempalloc.so target/release-capi/libtempalloc.so target/release-capi/libtempalloc.a
+# A program linked against the shared library asks for the SONAME and runs
+# with the library installed under it.
+lib=target/soname-check
+rm -rf "$lib" && mkdir -p "$lib"
+cp target/release-capi/libtempalloc.so "$lib/libtempalloc.so.0.1"
+ln -s libtempalloc.so.0.1 "$lib/libtempalloc.so"
+cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/smoke.c -L"$lib" -ltempalloc -o "$lib/smoke"
+readelf -d "$lib/smoke" | grep -q 'Shared library: \[libtempalloc.so.0.1\]'
+LD_LIBRARY_PATH="$lib" "$lib/smoke"
+
+step "CMake example: cargo from CMake, a C++ program, install with tempalloc.pc, pkg-config"
+if ! command -v cmake >/dev/null || ! command -v pkg-config >/dev/null; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends cmake pkg-config >/dev/null
+fi
+build=target/cmake-example
+rm -rf "$build/prefix"
+cmake -S examples/cmake -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build"
+"$build/example"
+cmake --install "$build" --prefix "$PWD/$build/prefix" >/dev/null
+pcdir=$(dirname "$(find "$build/prefix" -name tempalloc.pc)")
+export PKG_CONFIG_PATH="$pcdir"
+cc -std=c99 -pedantic -Wall -Wextra -Werror tests/c/smoke.c $(pkg-config --cflags tempalloc) \
+    -o "$build/smoke" $(pkg-config --libs --static tempalloc)
+"$build/smoke"
+unset PKG_CONFIG_PATH
+
+# Issue 20, item 15: what crates.io would get, with no warning (a fresh
+# clone is clean, as `cargo package` wants).
+step "cargo package: no warning"
+cargo package 2>&1 | tee target/ci-package.log
+if grep -i 'warning' target/ci-package.log; then
+    echo "cargo package warned" >&2
+    exit 1
+fi
+for f in LICENSE-MIT LICENSE-APACHE tests/data/reference-traces.txt; do
+    cargo package --list | grep -qx "$f"
+done
+if cargo package --list | grep -E '^(\.ci/|scripts/)|\.svg$'; then
+    echo "the package ships CI, scripts or the plot" >&2
+    exit 1
+fi
+
+# The MSRV (rust-version in Cargo.toml) builds with default features and
+# with none.
+step "MSRV $(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml): default features and none"
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+if ! cargo "+$msrv" --version >/dev/null 2>&1; then
+    rustup toolchain install "$msrv" --profile minimal
+fi
+CARGO_TARGET_DIR=target/msrv cargo "+$msrv" build --lib
+CARGO_TARGET_DIR=target/msrv cargo "+$msrv" build --lib --no-default-features
