@@ -376,24 +376,28 @@ impl BlockCache {
         let oom = Error::out_of_memory(request);
         let reserving = options.reserve.is_some();
         if let Some(mut chunk) = self.take_idle(need, want, reserving, options.block) {
-            self.hits.fetch_add(1, Relaxed);
-            let mut system_allocations = 0;
-            // Only a reservation comes back smaller than `need`: it grows.
-            if let Chunk::Mapped(m) = &mut chunk {
-                if m.committed() < need {
-                    match self.commit(m, need, want, options.block.prefault, request) {
-                        Ok(Some(_)) => system_allocations = 1,
-                        grown => {
-                            self.give_back(chunk);
-                            return Err(grown.err().unwrap_or(oom));
-                        }
-                    }
+            // Only a reservation comes back smaller than `need`: it grows,
+            // or (the system refused that range) new memory serves instead.
+            let grown = match &mut chunk {
+                Chunk::Mapped(m) if m.committed() < need => {
+                    self.commit(m, need, want, options.block.prefault, request)
+                }
+                _ => Ok(Some(0)),
+            };
+            match grown {
+                Ok(Some(bytes)) => {
+                    self.hits.fetch_add(1, Relaxed);
+                    let system_allocations = u64::from(bytes != 0);
+                    return Ok(Taken { chunk, system_allocations });
+                }
+                Ok(None) => {
+                    self.give_back(chunk);
+                }
+                Err(e) => {
+                    self.give_back(chunk);
+                    return Err(e);
                 }
             }
-            return Ok(Taken {
-                chunk,
-                system_allocations,
-            });
         }
         self.misses.fetch_add(1, Relaxed);
         // Within the limit before anything is reserved: a request over it is
@@ -406,16 +410,15 @@ impl BlockCache {
             .and_then(|bytes| Mapping::reserve(bytes, at_least, options.block.huge_pages));
         if let Some(mut m) = reserved {
             self.reservations.fetch_add(1, Relaxed);
-            match self.commit(&mut m, need, want, options.block.prefault, request)? {
-                Some(_) => {
-                    return Ok(Taken {
-                        chunk: Chunk::Mapped(m),
-                        system_allocations: 1,
-                    });
-                }
-                // The system refused that range: a heap block instead.
-                None => self.system_frees.fetch_add(1, Relaxed),
-            };
+            // Dropping `m` (an error, or the system refused that range and
+            // a heap block serves instead) unmaps it.
+            let committed = self.commit(&mut m, need, want, options.block.prefault, request);
+            if let Ok(Some(_)) = committed {
+                let chunk = Chunk::Mapped(m);
+                return Ok(Taken { chunk, system_allocations: 1 });
+            }
+            self.system_frees.fetch_add(1, Relaxed);
+            committed?;
         }
         let size = size_class(want.max(need)).ok_or(oom)?;
         let least = size_class(need).ok_or(oom)?;
@@ -450,6 +453,12 @@ impl BlockCache {
         }
         let frees = self.system_frees.load(Relaxed);
         let mut idle = self.idle();
+        if idle.try_reserve(1).is_err() {
+            // No room in the books: freed rather than kept (never an abort).
+            self.held.fetch_sub(chunk.usable(), Relaxed);
+            self.system_frees.fetch_add(1, Relaxed);
+            return 1;
+        }
         self.idle_bytes.fetch_add(chunk.usable(), Relaxed);
         idle.push_back(chunk);
         self.evict_to(&mut idle, self.idle_budget);

@@ -185,6 +185,8 @@ impl CachingAllocator {
         // SAFETY: the locked region lives until the allocator drops.
         let locked = unsafe { self.locked.as_ref() };
         let mut live = shared.dedicated_live;
+        // The new window first, as at a reset.
+        self.window = super::lease::next_window();
         let (mine, me) = super::lease::mine(self.id, None);
         for region in regions(&shared.regions).chain([locked]) {
             let mark = shared.marks[from..to]
@@ -200,9 +202,8 @@ impl CachingAllocator {
         while shared.dedicated.len() > dedicated {
             shared.free_last_dedicated(&self.books);
         }
-        // A new window; the calling thread keeps its region if it leases it
-        // (a region with a mark keeps its leaseholder, whoever that is).
-        self.window = super::lease::next_window();
+        // The calling thread keeps its region if it leases it (a region with
+        // a mark keeps its leaseholder, whoever that is).
         if let Some(mine) = mine.filter(|&m| self.region(m).lease(me)) {
             super::lease::remember(self.window, self.id, mine);
         }

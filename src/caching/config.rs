@@ -95,9 +95,10 @@ impl CachingConfig {
     /// applies too: a session's cap within the sessions' budget).
     ///
     /// The rule: a program is served whenever the limit covers, for each
-    /// thread allocating at once, the most it used in one window plus one
-    /// growth step of its region (12.5% of what the region holds, and at
-    /// least one page: the least a thread's region can hold is one page).
+    /// thread allocating at once (and the thread that resets, which keeps
+    /// its region), the most it used in one window plus one growth step of
+    /// its region (12.5% of what the region holds, and at least one page:
+    /// the least a thread's region can hold is one page).
     /// When threads split the work the same way every call, that is what is
     /// live plus a step per thread; a work-stealing pool's workers each keep
     /// the most they ever took (see `trim` and `retain` for giving it back).

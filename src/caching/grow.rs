@@ -83,27 +83,33 @@ impl Books {
 
     /// A chunk from the cache (see [`BlockCache::take`]), counted.
     pub(super) fn take(&self, need: usize, want: usize, options: ChunkOptions, request: Layout) -> Result<Chunk, Error> {
-        let (Some(least), Some(most)) = (size_class(need), size_class(want.max(need))) else {
+        let reserving = options.reserve.is_some();
+        let (Some(least), Some(most)) = (chunk_size(need, reserving), chunk_size(want, reserving)) else {
             return Err(self.past_any_size(request, Error::out_of_memory(request)));
         };
-        // A size class the limit allows, so the cache takes no more.
+        // A size the limit allows: whole pages of a reservation, or a size
+        // class of a block, so the cache takes no more.
         let admitted = self.admit(least, most, request)?;
-        let want = size_class_at_most(admitted).max(least);
+        let want = if reserving { admitted } else { size_class_at_most(admitted).max(least) };
         self.held.fetch_sub(admitted - want, Relaxed);
-        let taken = self.cache.take(need, want, options, request).inspect_err(|_| {
+        let mut taken = self.cache.take(need, want, options, request).inspect_err(|_| {
             self.held.fetch_sub(want, Relaxed);
         })?;
-        let usable = taken.chunk.usable();
-        if usable > want {
-            // An idle chunk may hold a little more than asked: counted too.
-            if let Err(e) = self.admit(usable - want, usable - want, request) {
+        // An idle chunk may hold more than asked: counted too, or, if that
+        // does not fit and it is a reservation, decommitted down to `want`.
+        let extra = taken.chunk.usable().saturating_sub(want);
+        if extra > 0 && self.admit(extra, extra, request).is_err() {
+            if let Chunk::Mapped(m) = &mut taken.chunk {
+                self.cache.decommit(m, want);
+            }
+            let extra = taken.chunk.usable().saturating_sub(want);
+            if let Err(e) = self.admit(extra, extra, request) {
                 self.held.fetch_sub(want, Relaxed);
                 self.cache.give_back(taken.chunk);
                 return Err(e);
             }
-        } else {
-            self.held.fetch_sub(want - usable, Relaxed);
         }
+        self.held.fetch_sub(want.saturating_sub(taken.chunk.usable()), Relaxed);
         let counter = if taken.system_allocations == 0 { &self.hits } else { &self.misses };
         counter.fetch_add(1, Relaxed);
         self.system_allocations.fetch_add(taken.system_allocations, Relaxed);
@@ -143,6 +149,16 @@ impl Books {
         self.held.fetch_sub(chunk.usable(), Relaxed);
         let frees = self.cache.give_back(chunk);
         self.system_frees.fetch_add(frees, Relaxed);
+    }
+}
+
+/// What a new chunk of `bytes` costs against a limit: whole pages of a
+/// reservation, or a block's size class. `None` past any size.
+fn chunk_size(bytes: usize, reserving: bool) -> Option<usize> {
+    if reserving {
+        bytes.checked_next_multiple_of(page_size())
+    } else {
+        size_class(bytes)
     }
 }
 
@@ -201,13 +217,6 @@ impl Region {
         match (next..cold.chunks.len()).find(|&i| cold.chunks[i].usable() >= need) {
             Some(i) => cold.chunks.swap(next, i),
             None => {
-                if fresh {
-                    // Nothing in use, nothing that serves: start over (and
-                    // stay whole, empty, if what follows fails).
-                    books.give_back_all(&mut cold.chunks, 0);
-                    hot.install(None, 0, 0, 0);
-                    hot.sync_held(cold);
-                }
                 // A reservation four times what the window uses, so a region
                 // that outgrew one moves rarely; never past a limit.
                 let used = before_next(hot, layout) + need;
@@ -218,7 +227,25 @@ impl Region {
                 });
                 let want = need.max(config.min_block_size).max(cold.peak).max(double);
                 let options = ChunkOptions { block: config.block, reserve };
-                cold.chunks.insert(next, books.take(need, want, options, layout)?);
+                let chunk = match books.take(need, want, options, layout) {
+                    // Nothing in use, and its own chunks stand between the
+                    // request and the limit: they go, and it starts over.
+                    // (A request that cannot fit anyway leaves them.)
+                    Err(Error::BudgetExceeded { held, limit, .. })
+                        if fresh && limit - held.min(limit) + self.held() >= need =>
+                    {
+                        books.give_back_all(&mut cold.chunks, 0);
+                        hot.install(None, 0, 0, 0);
+                        hot.sync_held(cold);
+                        books.take(need, want, options, layout)?
+                    }
+                    taken => taken?,
+                };
+                cold.chunks.insert(next, chunk);
+                if fresh {
+                    // Nothing in use and nothing that served: start over.
+                    books.give_back_all(&mut cold.chunks, 1);
+                }
             }
         }
         let before = if next == 0 { 0 } else { before_next(hot, layout) };
@@ -228,13 +255,12 @@ impl Region {
     }
 
     /// The least growing for `layout` can cost: the pages to commit in
-    /// place, or a new chunk as a heap block of its size class (where a
-    /// refused reservation falls back to).
+    /// place, or a new chunk (`reserving`: pages; else a block's size class).
     ///
     /// # Safety
     ///
     /// As for [`Region::cold`].
-    unsafe fn least(&self, layout: Layout) -> usize {
+    unsafe fn least(&self, layout: Layout, reserving: bool) -> usize {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
         let (current, cursor) = hot.position();
@@ -244,7 +270,7 @@ impl Region {
                 return end.next_multiple_of(page_size()) - m.committed();
             }
         }
-        size_class(chunk_need(layout)).unwrap_or(usize::MAX)
+        chunk_size(chunk_need(layout), reserving).unwrap_or(usize::MAX)
     }
 }
 
@@ -266,7 +292,7 @@ impl CachingAllocator {
             return grown;
         };
         // SAFETY: as above.
-        let least = unsafe { region.least(layout) };
+        let least = unsafe { region.least(layout, self.config.reserve.is_some()) };
         let made = match shared {
             Some(shared) => self.make_room(shared, least),
             None => self.make_room(&mut self.lock(), least),
@@ -301,7 +327,7 @@ impl CachingAllocator {
             if largest.lease(RECLAIMING) {
                 // SAFETY: the reclaiming lease was just taken: the region is
                 // FREE of scratch (a FREE region's cursor is 0) and ours.
-                unsafe { largest.shed(books, true) };
+                unsafe { largest.shed(books, Some(0)) };
                 largest.unlease();
             }
         }

@@ -100,18 +100,19 @@ pub(super) fn remember(window: u64, allocator: u64, region: NonNull<Region>) {
     });
 }
 
-/// Leases to `me` the FREE region in `regions` that holds the most memory
-/// (so fresh threads take over what exited ones left), or makes a new one
-/// and records it. `None` when there is no memory for a new one.
+/// Leases to `me` a region in `regions` (the allocator's list, under its
+/// lock): one `me` leases already (a thread that went to another allocator
+/// and came back), else the FREE one that holds the most (so fresh threads
+/// take over what exited ones left), else a new one, recorded. `None` when
+/// there is no memory for a new one.
 pub(super) fn lease_any(regions: &mut Vec<NonNull<Region>>, me: u64) -> Option<NonNull<Region>> {
     loop {
-        // SAFETY: the recorded regions live until the allocator drops, and
-        // the caller holds its lock, which `&mut Vec` proves.
+        // SAFETY: the recorded regions live until the allocator drops.
         let deref = |r: &NonNull<Region>| unsafe { r.as_ref() };
         let best = regions
             .iter()
-            .filter(|r| deref(r).is_free())
-            .max_by_key(|r| deref(r).held())
+            .filter(|r| deref(r).is_free() || deref(r).is_leased_to(me))
+            .max_by_key(|r| (deref(r).is_leased_to(me), deref(r).held()))
             .copied();
         let Some(best) = best else { break };
         // Another thread may lease it first, lock-free (its own last

@@ -208,7 +208,8 @@ impl CachingAllocator {
             dedicated: Vec::new(),
             dedicated_live: 0,
             open: Vec::with_capacity(NESTED_CHECKPOINTS),
-            marks: Vec::with_capacity(NESTED_CHECKPOINTS * NESTED_CHECKPOINTS),
+            // A mark per region in use and the locked one, per checkpoint.
+            marks: Vec::with_capacity(NESTED_CHECKPOINTS * (NESTED_CHECKPOINTS + 1)),
             next_serial: 0,
             debug: DebugState::default(),
             window_high: 0,
@@ -263,7 +264,7 @@ impl CachingAllocator {
         let (all, books) = self.exclusive();
         for region in all {
             // SAFETY: `&mut self`, after a reset: nothing in use.
-            unsafe { region.shed(books, false) };
+            unsafe { region.shed(books, None) };
         }
     }
 
@@ -478,7 +479,10 @@ impl CachingAllocator {
         let mut live = shared.dedicated_live;
         // SAFETY: as in `region`.
         let debug = self.config.debug_checks.then_some(unsafe { self.locked.as_ref() });
+        // The new window first: no thread's old token may lead into a region
+        // this loop frees, even if something in it panicked.
         let window = lease::next_window();
+        self.window = window;
         let (mine, me) = lease::mine(self.id, Some(window));
         for region in regions(&shared.regions).chain(debug) {
             let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
@@ -492,22 +496,22 @@ impl CachingAllocator {
         if let Some(cap) = self.config.retain {
             self.retain(cap);
         }
-        self.window = window;
     }
 
-    /// The retain cap, after a reset: the largest regions give their
-    /// memory back until at most `cap` bytes are held.
+    /// The retain cap, after a reset: the largest regions give back what is
+    /// held above `cap`, largest first.
     #[cold]
     #[inline(never)]
     fn retain(&mut self, cap: usize) {
         let (all, books) = self.exclusive();
         for _ in all.clone() {
+            let excess = books.held.load(Relaxed).saturating_sub(cap);
             let largest = all.clone().filter(|r| r.held() != 0).max_by_key(|r| r.held());
-            let Some(region) = largest.filter(|_| books.held.load(Relaxed) > cap) else {
+            let Some(region) = largest.filter(|_| excess > 0) else {
                 break;
             };
             // SAFETY: `&mut self`, after a reset: nothing in use.
-            unsafe { region.shed(books, true) };
+            unsafe { region.shed(books, Some(region.held().saturating_sub(excess))) };
         }
     }
 }
@@ -542,7 +546,10 @@ unsafe impl TempAllocator for CachingAllocator {
             return self.reset_all();
         }
         // The usual case, kept short.
+        // The new window first: no thread's old token may lead into a region
+        // this loop frees, even if something in it panicked.
         let window = lease::next_window();
+        self.window = window;
         let (mine, me) = lease::mine(self.id, Some(window));
         let mut live = 0;
         let reset = |region: &Region| {
@@ -559,7 +566,6 @@ unsafe impl TempAllocator for CachingAllocator {
             }
         }
         shared.end_window(live);
-        self.window = window;
     }
 
     fn stats(&self) -> Stats {

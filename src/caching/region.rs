@@ -181,6 +181,12 @@ impl Region {
         self.owner.load(Relaxed) == FREE
     }
 
+    /// Whether `me` leases the region. Only `me` (or `&mut` to the
+    /// allocator) stores `me`, so a thread reads its own lease right.
+    pub(super) fn is_leased_to(&self, me: u64) -> bool {
+        self.owner.load(Relaxed) == me
+    }
+
     /// Bytes the region holds.
     pub(super) fn held(&self) -> usize {
         self.hot.held.load(Relaxed)
@@ -299,22 +305,24 @@ impl Region {
         hot.sync_held(cold);
     }
 
-    /// Gives back all the region's memory and forgets its peak. With `keep`,
-    /// its first reservation stays, with nothing committed (for the budget
-    /// rule and the retain cap); without, every chunk goes (`release`).
+    /// Gives back the region's memory down to `keep` bytes (whole pages of
+    /// its first reservation, which keeps its address range; a heap block
+    /// cannot shrink, so it goes), or all of it with `None`, and lowers its
+    /// peak to match: for the budget rule, the retain cap and `release`.
     ///
     /// # Safety
     ///
     /// `&mut` to the allocator, or a reclaiming lease; nothing in use.
-    pub(super) unsafe fn shed(&self, books: &Books, keep: bool) {
+    pub(super) unsafe fn shed(&self, books: &Books, keep: Option<usize>) {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
-        cold.peak = 0;
-        let keep = keep && matches!(cold.chunks.first(), Some(Chunk::Mapped(_)));
-        books.give_back_all(&mut cold.chunks, usize::from(keep));
+        let keep_first = keep.is_some() && matches!(cold.chunks.first(), Some(Chunk::Mapped(_)));
+        books.give_back_all(&mut cold.chunks, usize::from(keep_first));
+        let keep = keep.unwrap_or(0);
         if let Some(Chunk::Mapped(m)) = cold.chunks.first_mut() {
-            books.decommit(m, 0);
+            books.decommit(m, keep);
         }
+        cold.peak = cold.peak.min(keep);
         hot.install(cold.chunks.first(), 0, 0, 0);
         hot.sync_held(cold);
     }

@@ -126,3 +126,110 @@ fn a_refused_request_leaves_an_empty_region_usable() {
         }
     }
 }
+
+/// A first request of N pages is served under a limit of N + 1 pages (the
+/// request and a growth step): a reservation costs its pages, not a size
+/// class above them.
+#[test]
+fn a_first_request_needs_its_pages_not_a_size_class() {
+    let p = crate::util::page();
+    for pages in [9, 17, 33, 65] {
+        let temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false).max_bytes(Some((pages + 1) * p)));
+        let r = KernelContext::new(&temp).allocate_temp(pages * p, 64);
+        r.unwrap();
+    }
+}
+
+/// A probe that cannot fit, as the first request of a window, is refused
+/// with nothing else changed: the prober's warm region keeps its memory, and
+/// the window's next request takes no system allocation.
+#[test]
+fn a_probe_that_cannot_fit_keeps_the_probers_memory() {
+    let p = crate::util::page();
+    for limit in [Some(64 * p), None] {
+        let mut temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false).max_bytes(limit));
+        KernelContext::new(&temp).allocate_temp(32 * p, 64).unwrap();
+        temp.reset();
+        let (held, sys) = (temp.stats().bytes_held, temp.stats().system_allocations);
+        let probe = limit.map_or(crate::util::HUGE, |l| 2 * l);
+        let _err = KernelContext::new(&temp)
+            .allocate_temp(probe, 64)
+            .unwrap_err();
+        let after = temp.stats();
+        KernelContext::new(&temp).allocate_temp(32 * p, 64).unwrap();
+        assert_eq!(
+            (after.bytes_held, temp.stats().system_allocations),
+            (held, sys),
+            "limit {limit:?}"
+        );
+    }
+}
+
+/// Persistent workers take their leases back lock-free while one of them
+/// reclaims FREE regions under the limit, with checkpoints and rewinds in
+/// between (under Miri too): every buffer keeps its pattern, and the limit
+/// holds.
+#[test]
+fn persistent_workers_re_lease_while_another_reclaims_free_regions() {
+    use std::sync::{Barrier, RwLock};
+    let p = crate::util::page();
+    let windows = if cfg!(miri) { 3 } else { 50 };
+    let temp = RwLock::new(CachingAllocator::with_config(CachingConfig::default().debug_checks(false).max_bytes(Some(28 * p))));
+    let barrier = Barrier::new(4);
+    std::thread::scope(|s| {
+        for w in 0..3usize {
+            let (temp, barrier) = (&temp, &barrier);
+            s.spawn(move || {
+                for win in 0..windows {
+                    barrier.wait();
+                    {
+                        let t = temp.read().unwrap();
+                        let ctx = KernelContext::new(&*t);
+                        // Window parity decides who is big: the others re-lease
+                        // their last (FREE) regions while the big one reclaims.
+                        let pages = if (win + w) % 3 == 0 { 14 } else { 3 };
+                        let mut got = Vec::new();
+                        for k in 0..2 {
+                            if let Ok(b) = ctx.allocate_temp(pages * p / 2, 64) {
+                                got.push((crate::util::fill(b, w * 100 + k), w * 100 + k));
+                            }
+                        }
+                        for (b, tag) in &got {
+                            crate::util::check(b, *tag);
+                        }
+                    }
+                    barrier.wait();
+                }
+            });
+        }
+        for win in 0..windows {
+            barrier.wait(); // workers allocate
+            barrier.wait(); // workers done
+            let mut t = temp.write().unwrap();
+            if win % 2 == 0 {
+                let cp = t.checkpoint().unwrap();
+                let _ = KernelContext::new(&*t).allocate_temp(p, 64);
+                t.rewind(cp).unwrap();
+            }
+            t.reset();
+            let (s, c) = (t.stats(), t.cache().stats());
+            assert_eq!(s.bytes_held, c.bytes_held);
+            assert!(s.bytes_held <= 28 * p);
+        }
+    });
+}
+
+/// The retain cap gives back only what is held above it, not the whole
+/// region: no cliff.
+#[test]
+fn the_retain_cap_gives_back_only_what_is_above_it() {
+    let p = crate::util::page();
+    let mut temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false).retain(Some(64 * p)));
+    for _ in 0..3 {
+        KernelContext::new(&temp).allocate_temp(65 * p, 64).unwrap();
+        temp.reset();
+    }
+    let held = temp.stats().bytes_held;
+    assert!(held <= 64 * p && held >= 60 * p, "{held} held for a {} cap", 64 * p);
+}
+

@@ -458,3 +458,28 @@ fn rewind_refuses_stale_and_foreign_checkpoints() {
     assert_eq!(a.stats().bytes_live, 0);
     let _ = b.rewind(b.checkpoint().unwrap());
 }
+
+/// 8 nested checkpoints over 8 regions in use allocate nothing, the first
+/// time too.
+#[cfg(feature = "std")]
+#[test]
+fn eight_nested_checkpoints_over_eight_regions_allocate_nothing() {
+    let mut temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false));
+    for _window in 0..2 {
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                let t = &temp;
+                s.spawn(move || KernelContext::new(t).allocate_temp(64, 8).unwrap().len());
+            }
+        });
+        let mut cps = Vec::with_capacity(8);
+        let before = crate::counting::counts().allocs;
+        for _ in 0..8 {
+            cps.push(temp.checkpoint().unwrap());
+        }
+        let allocs = crate::counting::counts().allocs - before;
+        temp.rewind(cps.swap_remove(0)).unwrap();
+        temp.reset();
+        assert_eq!(allocs, 0);
+    }
+}

@@ -45,6 +45,7 @@ with_std! {
     mod recording;
     mod refusals;
     mod regions;
+    mod sessions;
     mod stress;
     mod testing;
     mod trace;

@@ -1,0 +1,238 @@
+//! One thread serves several allocators (a session each, say) that share a
+//! cache under one budget: it keeps one region in each, idle memory moves
+//! between sessions within each one's own limit, and the books of every
+//! allocator and of the cache balance, whatever fails.
+
+use std::sync::Arc;
+use tempalloc::{BlockCache, CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+
+use crate::util::page;
+
+fn cfg() -> CachingConfig {
+    CachingConfig::default().debug_checks(false)
+}
+
+/// A thread that goes back and forth between two allocators in one window
+/// keeps one region in each (it takes its own lease back), so each holds a
+/// page, not a region per switch.
+#[test]
+fn a_thread_switching_between_allocators_keeps_one_region_in_each() {
+    let a = CachingAllocator::with_config(cfg());
+    let b = CachingAllocator::with_config(cfg());
+    let (ca, cb) = (KernelContext::new(&a), KernelContext::new(&b));
+    for _ in 0..50 {
+        ca.allocate_temp(64, 8).unwrap();
+        cb.allocate_temp(64, 8).unwrap();
+    }
+    let (ha, hb) = (a.stats().bytes_held, b.stats().bytes_held);
+    assert!(ha <= page() && hb <= page(), "a {ha}, b {hb}");
+}
+
+/// The same under a limit of a few pages: 50 x 64 B live fits.
+#[test]
+fn switching_between_allocators_fits_a_small_limit() {
+    let limit = 8 * page();
+    let a = CachingAllocator::with_config(cfg().max_bytes(Some(limit)));
+    let b = CachingAllocator::with_config(cfg().max_bytes(Some(limit)));
+    let (ca, cb) = (KernelContext::new(&a), KernelContext::new(&b));
+    for i in 0..50 {
+        ca.allocate_temp(64, 8)
+            .map_err(|e| format!("a at {i}: {e}"))
+            .unwrap();
+        cb.allocate_temp(64, 8)
+            .map_err(|e| format!("b at {i}: {e}"))
+            .unwrap();
+    }
+}
+
+#[test]
+fn switching_between_allocators_reserves_address_space_once() {
+    let a = CachingAllocator::with_config(cfg());
+    let b = CachingAllocator::with_config(cfg());
+    let (ca, cb) = (KernelContext::new(&a), KernelContext::new(&b));
+    for _ in 0..3000 {
+        ca.allocate_temp(64, 8).unwrap();
+        cb.allocate_temp(64, 8).unwrap();
+    }
+    // One reservation each, however many switches; a third allocator still
+    // gets one of its own.
+    assert_eq!(a.cache().stats().reservations, b.cache().stats().reservations);
+    assert!(a.cache().stats().reservations <= 1, "{}", a.cache().stats());
+    let c = CachingAllocator::with_config(cfg());
+    KernelContext::new(&c).allocate_temp(64, 8).unwrap();
+    assert!(cfg!(miri) || c.cache().stats().reservations == 1, "{}", c.cache().stats());
+}
+
+/// Another session's idle reservation, with more committed than this
+/// session's limit, still serves a small request: the excess is given back.
+#[test]
+fn a_large_idle_reservation_serves_a_session_with_a_small_limit() {
+    let cache = Arc::new(BlockCache::with_idle_budget(64 << 20));
+    let mut big = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
+    KernelContext::new(&big).allocate_temp(8 << 20, 64).unwrap();
+    big.release(); // 8 MiB committed, idle in the cache
+    assert!(cache.idle_bytes() >= 8 << 20);
+    let small = CachingAllocator::with_cache(Arc::clone(&cache), cfg().max_bytes(Some(1 << 20)));
+    let r = KernelContext::new(&small).allocate_temp(4096, 64);
+    r.unwrap();
+}
+
+/// A commit the system refuses on an idle reservation is not an error: new
+/// memory serves instead.
+#[test]
+fn a_refused_commit_on_an_idle_reservation_moves_to_other_memory() {
+    use tempalloc::testing::{SystemCall, refuse_system_calls};
+    let cache = Arc::new(BlockCache::with_idle_budget(64 << 20));
+    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
+    KernelContext::new(&a).allocate_temp(1 << 20, 64).unwrap();
+    a.release();
+    assert!(cache.idle_bytes() >= 1 << 20);
+    let b = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
+    refuse_system_calls(SystemCall::Commit, 0, 1);
+    let r = KernelContext::new(&b)
+        .allocate_temp(2 << 20, 64)
+        .map(|s| s.len());
+    refuse_system_calls(SystemCall::Commit, 0, 0);
+    r.unwrap();
+}
+
+/// After random windows (threads, trims, releases, rewinds, limits, retain
+/// caps), an allocator with a cache of its own holds what the cache holds.
+#[test]
+fn the_books_match_the_cache_after_random_windows() {
+    let p = page();
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for config in [
+        cfg(),
+        cfg().reserve(None),
+        cfg().max_bytes(Some(200 * p)),
+        cfg().max_bytes(Some(200 * p)).retain(Some(20 * p)),
+        cfg().reserve(None).retain(Some(20 * p)),
+        cfg()
+            .dedicated_threshold(Some(10 * p))
+            .max_bytes(Some(100 * p)),
+    ] {
+        let mut temp = CachingAllocator::with_config(config);
+        for round in 0..200 {
+            {
+                let threads = 1 + rnd(4) as usize;
+                let sizes: Vec<Vec<usize>> = (0..threads)
+                    .map(|_| {
+                        (0..rnd(10))
+                            .map(|_| 1 + rnd(20 * p as u64) as usize)
+                            .collect()
+                    })
+                    .collect();
+                let temp = &temp;
+                std::thread::scope(|s| {
+                    for sz in &sizes {
+                        s.spawn(move || {
+                            let ctx = KernelContext::new(temp);
+                            for &n in sz {
+                                let _ = ctx.allocate_temp(n, 64);
+                            }
+                        });
+                    }
+                });
+            }
+            match rnd(5) {
+                0 => temp.trim(),
+                1 => temp.release(),
+                2 => {
+                    let cp = temp.checkpoint().unwrap();
+                    let _ =
+                        KernelContext::new(&temp).allocate_temp(rnd(30 * p as u64) as usize + 1, 8);
+                    temp.rewind(cp).unwrap();
+                }
+                _ => temp.reset(),
+            }
+            let (s, c) = (temp.stats(), temp.cache().stats());
+            assert_eq!(
+                s.bytes_held, c.bytes_held,
+                "round {round}: {config:?}\n{s:?}\n{c}"
+            );
+            assert_eq!(c.idle_bytes, 0);
+        }
+    }
+}
+
+/// Two allocators over one cache with an idle budget and a limit, through
+/// random requests, resets, rewinds, trims, releases, injected failures and
+/// refused commits and decommits: the books balance, and no limit is passed.
+#[test]
+fn shared_cache_books_balance_under_faults() {
+    use tempalloc::testing::{SystemCall, fail_nth_allocation, refuse_system_calls};
+    let p = page();
+    let mut seed = 0x2545f4914f6cdd1du64;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for (reserve, own) in [
+        (true, None),
+        (true, Some(60 * p)),
+        (false, None),
+        (false, Some(60 * p)),
+    ] {
+        let cache = Arc::new(BlockCache::with_limits(30 * p, Some(150 * p)));
+        let mk = || {
+            let c = cfg().max_bytes(own).dedicated_threshold(Some(25 * p));
+            let c = if reserve { c } else { c.reserve(None) };
+            CachingAllocator::with_cache(Arc::clone(&cache), c)
+        };
+        let mut ts = [mk(), mk()];
+        for round in 0..3000 {
+            let i = rnd(2) as usize;
+            match rnd(12) {
+                0 => fail_nth_allocation(&cache, 1 + rnd(3)),
+                1 => refuse_system_calls(SystemCall::Commit, rnd(3) as u32, 1),
+                2 => refuse_system_calls(SystemCall::Decommit, rnd(2) as u32, 1),
+                3 => ts[i].trim(),
+                4 => ts[i].release(),
+                5 => ts[i].reset(),
+                6 => {
+                    let cp = ts[i].checkpoint().unwrap();
+                    for _ in 0..rnd(4) {
+                        let _ = KernelContext::new(&ts[i])
+                            .allocate_temp(1 + rnd(30 * p as u64) as usize, 64);
+                    }
+                    ts[i].rewind(cp).unwrap();
+                }
+                7 => {
+                    cache.evict_idle(rnd(20 * p as u64) as usize);
+                }
+                _ => {
+                    let _ = KernelContext::new(&ts[i])
+                        .allocate_temp(1 + rnd(30 * p as u64) as usize, 1 << rnd(14));
+                }
+            }
+            let c = cache.stats();
+            let mine: usize = ts.iter().map(|t| t.stats().bytes_held).sum();
+            assert_eq!(
+                mine + c.idle_bytes,
+                c.bytes_held,
+                "round {round} reserve {reserve} own {own:?}: {c}"
+            );
+            assert!(c.bytes_held <= 150 * p, "round {round}: {c}");
+            if let Some(own) = own {
+                assert!(
+                    ts.iter().all(|t| t.stats().bytes_held <= own),
+                    "round {round}"
+                );
+            }
+        }
+        for call in [SystemCall::Commit, SystemCall::Decommit] {
+            refuse_system_calls(call, 0, 0);
+        }
+        fail_nth_allocation(&cache, 0);
+    }
+}
+
