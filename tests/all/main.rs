@@ -37,6 +37,7 @@ with_std! {
     mod leaks;
     mod malloc;
     mod model;
+    mod plan;
     mod recording;
     mod regions;
     mod stress;
