@@ -1,24 +1,10 @@
-//! `cargo run --release --example demo`: a transformer at Llama-3.2-1B's
-//! geometry (2 layers by default) prefills a long prompt and generates the
-//! same tokens once per temp allocator, and the demo prints what each
-//! allocator cost: time per token, time inside the allocator, page faults,
-//! system allocations and memory held over memory live. See docs/demo.md.
+//! The demo's driver, shared by its two binaries (`demo`, whose global
+//! allocator is the system's, and `demo-mimalloc`, whose global allocator is
+//! mimalloc): the parent runs every allocator in a child process of its
+//! own, `--rounds` times in a rotated order, and prints medians; a child
+//! (`--child NAME`) generates with one allocator and reports.
 
-#[path = "../common/allocators.rs"]
-mod allocators;
-mod cli;
-#[path = "../common/counting.rs"]
-mod counting;
-#[path = "../common/exact_size_cache.rs"]
-mod exact_size_cache;
-mod kernels;
-mod model;
-mod plot;
-mod reference;
-mod report;
-mod rng;
-mod runtime;
-
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::cli::Args;
@@ -26,14 +12,21 @@ use crate::kernels::sample::Sampling;
 use crate::kernels::sdpa::SdpaPlan;
 use crate::model::{Config, Model, Weights};
 use crate::rng::Rng;
+use crate::{allocators, child, cli, plot, report};
 use tempalloc::Rewind;
 
 use crate::runtime::{Run, StepError, generate, worker_pool};
 
-/// Counts every system allocation in the process, whichever temp allocator
-/// runs, so the allocators are measured the same way.
-#[global_allocator]
-static SYSTEM: counting::Counting = counting::Counting;
+/// The global allocator of the binary, and so what `malloc` means in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Each binary constructs one of them.
+#[allow(dead_code)]
+pub enum SystemAllocator {
+    /// The platform's (glibc on Linux): the `demo` binary.
+    Platform,
+    /// mimalloc: the `demo-mimalloc` binary.
+    Mimalloc,
+}
 
 /// Llama-3.2-1B's attention and MLP: d_model 2048, 32 query heads and 8
 /// key/value heads of 64, MLP 8192. The vocabulary is 32 000 (Llama 3.2 has
@@ -82,7 +75,7 @@ fn tiny(workers: usize, args: &Args) -> Config {
     }
 }
 
-fn main() -> ExitCode {
+pub fn main(system: SystemAllocator) -> ExitCode {
     let args = match Args::from_env() {
         Ok(Some(args)) => args,
         Ok(None) => {
@@ -95,28 +88,64 @@ fn main() -> ExitCode {
         }
     };
     // Asked once: the answer may read cgroup files, which the kernels should not do per call.
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let config = if args.tiny {
         tiny(workers, &args)
     } else {
         llama_3_2_1b(workers, &args)
     };
     let tokens = args.tokens.unwrap_or(64);
-    // Once, before any timed step: kernels reuse these threads on every call.
-    let pool = match worker_pool(workers) {
-        Ok(pool) => pool,
-        Err(error) => {
-            eprintln!("error: cannot start {workers} worker threads: {error}");
-            return ExitCode::FAILURE;
-        }
+    let result = match &args.child {
+        Some(name) => run_child(name, &config, tokens),
+        None => run_parent(&args, system, &config, tokens),
     };
-    let weights = Weights::random(&config);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A child: generates with the allocator `name` and prints its report.
+fn run_child(name: &str, config: &Config, tokens: usize) -> Result<(), String> {
+    let workers = config.attention.workers;
+    // Once, before any timed step: kernels reuse these threads on every call.
+    let pool = worker_pool(workers)
+        .map_err(|error| format!("cannot start {workers} worker threads: {error}"))?;
+    let weights = Weights::random(config);
     let model = Model {
-        config,
+        config: *config,
         weights: &weights,
         pool: &pool,
     };
-    let prompt = prompt(&config);
+    let runs = generate_each(&model, &prompt(config), tokens, Some(name))
+        .map_err(|(name, error)| format!("{name}: {error}"))?;
+    let run = runs
+        .first()
+        .ok_or_else(|| format!("unknown allocator {name:?}"))?;
+    child::print_report(run);
+    Ok(())
+}
+
+/// One row of the table: a label, the binary and the allocator it runs.
+struct Row {
+    label: &'static str,
+    exe: PathBuf,
+    allocator: &'static str,
+}
+
+/// The parent: every allocator in a child, `--rounds` times, then the table.
+fn run_parent(
+    args: &Args,
+    system: SystemAllocator,
+    config: &Config,
+    tokens: usize,
+) -> Result<(), String> {
+    let rounds = args.rounds.unwrap_or(3);
     println!(
         "{} layers, d_model {}, {} query / {} kv heads x {}, MLP {}, vocab {}, int8 weights and KV cache",
         config.layers,
@@ -128,35 +157,106 @@ fn main() -> ExitCode {
         config.vocab
     );
     println!(
-        "prompt {} tokens prefilled in chunks of {}, then {} tokens generated, on {workers} worker threads",
-        config.prompt_len, config.chunk, tokens
+        "prompt {} tokens prefilled in chunks of {}, then {} tokens generated, on {} worker threads",
+        config.prompt_len, config.chunk, tokens, config.attention.workers
     );
-
-    let runs = match generate_with_each(&model, &prompt, tokens) {
-        Ok(runs) => runs,
-        Err((name, error)) => {
-            eprintln!("error: {name}: {error}");
-            return ExitCode::FAILURE;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the demo binary: {e}"))?;
+    let mut rows: Vec<Row> = allocators::ALLOCATORS
+        .iter()
+        .map(|&(name, _)| Row {
+            label: name,
+            exe: exe.clone(),
+            allocator: name,
+        })
+        .collect();
+    match system {
+        SystemAllocator::Platform => {
+            println!(
+                "each allocator in a process of its own, {rounds} rounds in rotated order, medians; malloc is the platform's"
+            );
+            if let Some(exe) = mimalloc_binary(&exe) {
+                rows.insert(
+                    1,
+                    Row {
+                        label: "malloc/mimalloc",
+                        exe,
+                        allocator: "malloc",
+                    },
+                );
+            }
         }
-    };
+        SystemAllocator::Mimalloc => println!(
+            "each allocator in a process of its own, {rounds} rounds in rotated order, medians; malloc is mimalloc"
+        ),
+    }
+
+    let child_args = args.for_child();
+    let mut runs: Vec<Vec<Run>> = rows.iter().map(|_| Vec::with_capacity(rounds)).collect();
+    for round in 0..rounds {
+        for k in 0..rows.len() {
+            let i = (k + round) % rows.len();
+            let row = &rows[i];
+            runs[i].push(child::run(&row.exe, &child_args, row.allocator, row.label)?);
+        }
+    }
     println!("kernels checked against reference: ok");
 
-    let agree = check_same_tokens(&runs);
+    let agree = check_same_tokens(runs.iter().flatten());
     report::print_table(&runs, agree.is_ok());
-    if let Err(message) = agree {
-        eprintln!("error: {message}");
-        return ExitCode::FAILURE;
+    agree?;
+    println!("all allocators generated the same {tokens} tokens in every round");
+    let names: Vec<&str> = rows.iter().map(|r| r.label).collect();
+    if let Some(reference) = allocators::reference(&names) {
+        report::print_summary(&runs, reference);
     }
-    println!("all allocators generated the same {tokens} tokens");
 
     if let Some(path) = &args.plot {
-        if let Err(error) = plot::write_svg(path, &runs) {
-            eprintln!("error: cannot write {}: {error}", path.display());
-            return ExitCode::FAILURE;
-        }
+        let first: Vec<&Run> = runs.iter().map(|r| &r[0]).collect();
+        plot::write_svg(path, &first)
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
         println!("wrote {}", path.display());
     }
-    ExitCode::SUCCESS
+    Ok(())
+}
+
+/// The `demo-mimalloc` binary next to `exe`, for the `malloc/mimalloc` row:
+/// a global allocator is one per binary, so that row's child is another
+/// binary, built from the same sources (examples/demo/mimalloc.rs). Under
+/// `cargo run` (which sets `CARGO`) it is built first, with the demo's
+/// profile; otherwise it is used if it is there. `None` (and a note) when
+/// it cannot be had: the demo runs without that row.
+fn mimalloc_binary(exe: &Path) -> Option<PathBuf> {
+    let sibling = exe.with_file_name(format!("demo-mimalloc{}", std::env::consts::EXE_SUFFIX));
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let mut build = std::process::Command::new(cargo);
+        build.args([
+            "build",
+            "--quiet",
+            "--example",
+            "demo-mimalloc",
+            "--manifest-path",
+            manifest,
+        ]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        match build.status() {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                eprintln!("note: building demo-mimalloc failed ({status}): no malloc/mimalloc row")
+            }
+            Err(error) => eprintln!("note: cannot run cargo ({error}): no malloc/mimalloc row"),
+        }
+    }
+    if sibling.is_file() {
+        Some(sibling)
+    } else {
+        println!(
+            "(no malloc/mimalloc row: build it with `cargo build --release --example demo-mimalloc`)"
+        );
+        None
+    }
 }
 
 /// The prompt: random tokens from the model's seed.
@@ -167,28 +267,32 @@ fn prompt(config: &Config) -> Vec<u32> {
         .collect()
 }
 
-/// Generates `tokens` tokens after `prompt` with every allocator in turn,
-/// each step in a frame; stops at the first allocator that fails.
-fn generate_with_each(
+/// Generates `tokens` tokens after `prompt` with every allocator in turn (or
+/// only the one named `only`), each step in a frame; stops at the first
+/// allocator that fails.
+fn generate_each(
     model: &Model,
     prompt: &[u32],
     tokens: usize,
+    only: Option<&str>,
 ) -> Result<Vec<Run>, (&'static str, StepError)> {
     let mut generate = Generate {
         model,
         prompt,
         tokens,
+        only,
         runs: Vec::with_capacity(allocators::ALLOCATORS.len()),
     };
     allocators::each(&mut generate)?;
     Ok(generate.runs)
 }
 
-/// What `generate_with_each` does with each allocator.
+/// What `generate_each` does with each allocator.
 struct Generate<'a> {
     model: &'a Model<'a>,
     prompt: &'a [u32],
     tokens: usize,
+    only: Option<&'a str>,
     runs: Vec<Run>,
 }
 
@@ -196,6 +300,9 @@ impl allocators::Each for Generate<'_> {
     type Error = (&'static str, StepError);
 
     fn with<A: Rewind>(&mut self, name: &'static str, temp: A) -> Result<(), Self::Error> {
+        if self.only.is_some_and(|only| only != name) {
+            return Ok(());
+        }
         let run = generate(name, temp, self.model, self.prompt, self.tokens)
             .map_err(|error| (name, error))?;
         self.runs.push(run);
@@ -204,11 +311,12 @@ impl allocators::Each for Generate<'_> {
 }
 
 /// Scratch memory must not change results: every run must match the first.
-fn check_same_tokens(runs: &[Run]) -> Result<(), String> {
-    let Some((first, rest)) = runs.split_first() else {
+fn check_same_tokens<'a>(runs: impl IntoIterator<Item = &'a Run>) -> Result<(), String> {
+    let mut runs = runs.into_iter();
+    let Some(first) = runs.next() else {
         return Ok(());
     };
-    for run in rest {
+    for run in runs {
         if let Some(at) = run
             .tokens
             .iter()
@@ -239,7 +347,7 @@ mod tests {
                 layers: Some(1),
                 chunk: Some(4),
                 tiny: true,
-                plot: None,
+                ..Args::default()
             };
             let pool = worker_pool(2).expect("threads start");
             let config = tiny(2, &args);
@@ -249,9 +357,18 @@ mod tests {
                 weights: &weights,
                 pool: &pool,
             };
-            let runs = generate_with_each(&model, &prompt(&config), 3).expect("every run");
+            let runs = generate_each(&model, &prompt(&config), 3, None).expect("every run");
             assert_eq!(runs.len(), allocators::ALLOCATORS.len());
             assert_eq!(check_same_tokens(&runs), Ok(()));
+            let mut changed = runs[1].tokens.clone();
+            changed[2] ^= 1;
+            let other = Run {
+                tokens: changed,
+                steps: Vec::new(),
+                ..runs[1]
+            };
+            let err = check_same_tokens([&runs[0], &other]).expect_err("tokens differ");
+            assert!(err.contains("differ at generated token 2"), "{err}");
             for run in &runs {
                 // Prefill chunks of 4 and 2 positions, then two decode steps.
                 assert_eq!((run.prefill_steps, run.steps.len()), (2, 4), "{}", run.name);
