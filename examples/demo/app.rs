@@ -229,6 +229,14 @@ fn mimalloc_binary(exe: &Path) -> Option<PathBuf> {
     let sibling = exe.with_file_name(format!("demo-mimalloc{}", std::env::consts::EXE_SUFFIX));
     if let Some(cargo) = std::env::var_os("CARGO") {
         let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let stale = |exe: &Path, sibling: &Path| -> Option<bool> {
+            Some(sibling.metadata().ok()?.modified().ok()? < exe.metadata().ok()?.modified().ok()?)
+        };
+        if stale(exe, &sibling).unwrap_or(true) {
+            println!(
+                "building demo-mimalloc for the malloc/mimalloc row (cargo build --example demo-mimalloc)"
+            );
+        }
         let mut build = std::process::Command::new(cargo);
         build.args([
             "build",

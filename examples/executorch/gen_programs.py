@@ -72,6 +72,9 @@ class Program:
     def double(self, v):
         return self._value("Double", {"double_val": v})
 
+    def string(self, v):
+        return self._value("String", {"string_val": v})
+
     def null(self):
         return self._value("Null", {})
 
@@ -160,27 +163,40 @@ def topk_between_ops():
 
 def survey():
     """One call each of kernels that might want scratch, to count their
-    temp requests through the adapter (the runner's --per-call)."""
+    temp requests (and their own system allocations) through the adapter:
+    the runner's --per-call."""
     p = Program()
     rows, cols = 64, 256
     x = p.tensor(FLOAT, [rows, cols])
     w = p.tensor(FLOAT, [cols, cols])
     img = p.tensor(FLOAT, [1, 4, 32, 32])
     kern = p.tensor(FLOAT, [8, 4, 3, 3])
+    batch = p.tensor(FLOAT, [4, 64, 64])
     outs = [
         p.out_call("aten::mm", "out", [x, w], FLOAT, [rows, cols]),
+        p.out_call("aten::bmm", "out", [batch, batch], FLOAT, [4, 64, 64]),
+        p.out_call("aten::addmm", "out", [x, x, w, p.int(1), p.int(1)], FLOAT, [rows, cols]),
+        p.out_call("aten::linear", "out", [x, w, p.null()], FLOAT, [rows, cols]),
         p.out_call("aten::_softmax", "out", [x, p.int(1), p.bool(False)], FLOAT, [rows, cols]),
         p.out_call("aten::_log_softmax", "out", [x, p.int(1), p.bool(False)], FLOAT, [rows, cols]),
+        p.out_call("aten::gelu", "out", [x, p.string("none")], FLOAT, [rows, cols]),
         p.out_call("aten::cumsum", "out", [x, p.int(1), p.null()], FLOAT, [rows, cols]),
         p.out_call("aten::sum", "IntList_out", [x, p.int_list([1]), p.bool(False), p.null()], FLOAT, [rows]),
         p.out_call("aten::amax", "out", [x, p.int_list([1]), p.bool(False)], FLOAT, [rows]),
         p.out_call("aten::var", "correction_out", [x, p.int_list([1]), p.null(), p.bool(False)], FLOAT, [rows]),
+        p.out_call("aten::_cdist_forward", "out", [x, x, p.double(2.0), p.null()], FLOAT, [rows, rows]),
     ]
     ln = [p.tensor(FLOAT, [rows, cols]), p.tensor(FLOAT, [rows, 1]), p.tensor(FLOAT, [rows, 1])]
     p.call(
         "aten::native_layer_norm",
         "out",
         [x, p.int_list([cols]), p.null(), p.null(), p.double(1e-5)] + ln + [p.tensor_list(ln)],
+    )
+    gn = [p.tensor(FLOAT, [1, 4, 32, 32]), p.tensor(FLOAT, [1, 2]), p.tensor(FLOAT, [1, 2])]
+    p.call(
+        "aten::native_group_norm",
+        "out",
+        [img, p.null(), p.null(), p.int(1), p.int(4), p.int(32 * 32), p.int(2), p.double(1e-5)] + gn + [p.tensor_list(gn)],
     )
     conv = [img, kern, p.null(), p.int_list([1, 1]), p.int_list([1, 1]), p.int_list([1, 1]), p.bool(False), p.int_list([0, 0]), p.int(1)]
     outs.append(p.out_call("aten::convolution", "out", conv, FLOAT, [1, 8, 32, 32]))
@@ -192,8 +208,10 @@ def survey():
         + pool
         + [p.tensor_list(pool)],
     )
+    up = [img, p.int_list([64, 64]), p.bool(False), p.null()]
+    outs.append(p.out_call("aten::upsample_bilinear2d", "vec_out", up, FLOAT, [1, 4, 64, 64]))
     v, i, _ = p.topk(x, [rows, cols], 16, 1)
-    return p.json([x, w, img, kern], outs + ln + pool + [v, i])
+    return p.json([x, w, img, kern, batch], outs + ln + gn + pool + [v, i])
 
 
 PROGRAMS = {
