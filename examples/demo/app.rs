@@ -97,6 +97,7 @@ pub fn main(system: SystemAllocator) -> ExitCode {
         llama_3_2_1b(workers, &args)
     };
     let tokens = args.tokens.unwrap_or(64);
+    allocators::CACHING_HUGE_PAGES.store(args.huge_pages, std::sync::atomic::Ordering::Relaxed);
     let result = match &args.child {
         Some(name) => run_child(name, &config, tokens),
         None => run_parent(&args, system, &config, tokens),
@@ -131,12 +132,23 @@ fn run_child(name: &str, config: &Config, tokens: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// One row of the table: a label, the binary and the allocator it runs.
+/// One row of the table: a label, the binary, what it adds to the child's
+/// environment, and the allocator it runs.
 struct Row {
     label: &'static str,
     exe: PathBuf,
+    env: Vec<(&'static str, &'static str)>,
     allocator: &'static str,
 }
+
+/// mimalloc asks for transparent huge pages on what it maps (its default on
+/// Linux), so in its process the weights and the KV cache would sit on
+/// 2 MiB pages and every kernel would read them faster, whichever temp
+/// allocator runs; every other child has them on base pages. Off in the
+/// `malloc/mimalloc` row, so that the row differs from the others only in
+/// where the scratch comes from (unless the environment already says);
+/// `demo-mimalloc` run on its own keeps mimalloc's default for every row.
+const MIMALLOC_BASE_PAGES: (&str, &str) = ("MIMALLOC_ALLOW_THP", "0");
 
 /// The parent: every allocator in a child, `--rounds` times, then the table.
 fn run_parent(
@@ -166,6 +178,7 @@ fn run_parent(
         .map(|&(name, _)| Row {
             label: name,
             exe: exe.clone(),
+            env: Vec::new(),
             allocator: name,
         })
         .collect();
@@ -180,6 +193,11 @@ fn run_parent(
                     Row {
                         label: "malloc/mimalloc",
                         exe,
+                        env: std::env::var_os(MIMALLOC_BASE_PAGES.0)
+                            .is_none()
+                            .then_some(MIMALLOC_BASE_PAGES)
+                            .into_iter()
+                            .collect(),
                         allocator: "malloc",
                     },
                 );
@@ -196,7 +214,13 @@ fn run_parent(
         for k in 0..rows.len() {
             let i = (k + round) % rows.len();
             let row = &rows[i];
-            runs[i].push(child::run(&row.exe, &child_args, row.allocator, row.label)?);
+            runs[i].push(child::run(
+                &row.exe,
+                &child_args,
+                &row.env,
+                row.allocator,
+                row.label,
+            )?);
         }
     }
     println!("kernels checked against reference: ok");

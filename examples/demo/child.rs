@@ -25,7 +25,16 @@ fn report_json(run: &Run) -> Value {
     let steps: Vec<Value> = run
         .steps
         .iter()
-        .map(|s| json!([s.kv_len, s.ms, s.alloc_ns, s.faults, s.system_allocations]))
+        .map(|s| {
+            json!([
+                s.kv_len,
+                s.ms,
+                s.alloc_ns,
+                s.faults,
+                s.system_allocations,
+                s.cpu_ms
+            ])
+        })
         .collect();
     json!({
         "tokens": run.tokens,
@@ -39,16 +48,19 @@ fn report_json(run: &Run) -> Value {
     })
 }
 
-/// Runs `exe args --child allocator` and returns its run, named `name`.
+/// Runs `exe args --child allocator` with `env` added to its environment
+/// and returns its run, named `name`.
 pub fn run(
     exe: &Path,
     args: &[String],
+    env: &[(&str, &str)],
     allocator: &str,
     name: &'static str,
 ) -> Result<Run, String> {
     let output = Command::new(exe)
         .args(args)
         .args(["--child", allocator])
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -84,6 +96,7 @@ fn parse_report(name: &'static str, stdout: &str) -> Result<Run, String> {
                 alloc_ns: s[2].as_f64()?,
                 faults: s[3].as_u64(),
                 system_allocations: s[4].as_u64()?,
+                cpu_ms: s[5].as_f64(),
             })
         })
         .collect::<Option<Vec<_>>>()
@@ -114,9 +127,10 @@ mod tests {
 
     #[test]
     fn a_report_reads_back_as_the_run_it_was() {
-        let step = |kv_len, faults| Step {
+        let step = |kv_len, faults: Option<u64>| Step {
             kv_len,
             ms: 1.5,
+            cpu_ms: faults.map(|f| f as f64 / 2.0),
             alloc_ns: 250.0,
             faults,
             system_allocations: 3,
@@ -135,7 +149,16 @@ mod tests {
         let steps = |r: &Run| {
             r.steps
                 .iter()
-                .map(|s| (s.kv_len, s.ms, s.alloc_ns, s.faults, s.system_allocations))
+                .map(|s| {
+                    (
+                        s.kv_len,
+                        s.ms,
+                        s.alloc_ns,
+                        s.faults,
+                        s.system_allocations,
+                        s.cpu_ms,
+                    )
+                })
                 .collect::<Vec<_>>()
         };
         // What print_report writes, with other output around it.

@@ -11,6 +11,8 @@ usage: cargo run --release --example demo -- [OPTIONS]
   --chunk N        prefill chunk, in tokens (default 128)
   --tiny           the old toy model (d_model 256, 4 heads, 32-token prompt)
   --threads N      kernel worker threads (default: every core)
+  --huge-pages     caching asks for transparent huge pages on its regions
+                   (CachingConfig::huge_pages; Linux)
   --rounds R       run every allocator R times, in a rotated order each
                    round, and report medians (default 3)
   --plot FILE.svg  draw the allocator's share of each step's time against
@@ -27,6 +29,7 @@ pub struct Args {
     pub layers: Option<usize>,
     pub chunk: Option<usize>,
     pub tiny: bool,
+    pub huge_pages: bool,
     pub threads: Option<usize>,
     pub rounds: Option<usize>,
     pub plot: Option<PathBuf>,
@@ -62,6 +65,7 @@ impl Args {
                 "--layers" => parsed.layers = positive()?,
                 "--chunk" => parsed.chunk = positive()?,
                 "--tiny" => parsed.tiny = true,
+                "--huge-pages" => parsed.huge_pages = true,
                 "--threads" => parsed.threads = positive()?,
                 "--rounds" => parsed.rounds = positive()?,
                 "--plot" => parsed.plot = Some(PathBuf::from(value()?)),
@@ -92,6 +96,9 @@ impl Args {
         if self.tiny {
             args.push("--tiny".to_owned());
         }
+        if self.huge_pages {
+            args.push("--huge-pages".to_owned());
+        }
         args
     }
 }
@@ -113,6 +120,7 @@ mod tests {
             layers: Some(16),
             chunk: Some(8),
             tiny: true,
+            huge_pages: true,
             threads: Some(3),
             rounds: Some(2),
             plot: Some("t.svg".into()),
@@ -128,6 +136,7 @@ mod tests {
             "--chunk",
             "8",
             "--tiny",
+            "--huge-pages",
             "--threads",
             "3",
             "--rounds",
@@ -142,7 +151,7 @@ mod tests {
         let child = args.for_child();
         assert_eq!(
             child.join(" "),
-            "--context 64 --tokens 9 --layers 16 --chunk 8 --threads 3 --tiny"
+            "--context 64 --tokens 9 --layers 16 --chunk 8 --threads 3 --tiny --huge-pages"
         );
         let reparsed = parse(&child.iter().map(String::as_str).collect::<Vec<_>>());
         let expected = Args {

@@ -8,8 +8,10 @@ use tempalloc::trace::median;
 /// steps (one token each) unless said otherwise.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Figures {
-    /// Median time of one decode step.
+    /// Median time of one decode step, and its median CPU time (every
+    /// thread): the steadier of the two on a busy machine.
     pub ms_per_token: f64,
+    pub cpu_ms_per_token: Option<f64>,
     /// Median microseconds inside the temp allocator per token.
     pub alloc_us: f64,
     /// The allocator's share of all decode time, in percent.
@@ -40,6 +42,11 @@ impl Figures {
         let alloc_ns: f64 = decode.iter().map(|s| s.alloc_ns).sum();
         Figures {
             ms_per_token: median(&mut decode.iter().map(|s| s.ms).collect::<Vec<_>>()),
+            cpu_ms_per_token: decode
+                .iter()
+                .map(|s| s.cpu_ms)
+                .collect::<Option<Vec<_>>>()
+                .map(|mut v| median(&mut v)),
             alloc_us: median(&mut decode.iter().map(|s| s.alloc_ns / 1e3).collect::<Vec<_>>()),
             share: 100.0 * alloc_ns / (ms * 1e6),
             faults_per_token: per_step(decode, |s| s.faults),
@@ -68,6 +75,7 @@ impl Figures {
         };
         Figures {
             ms_per_token: m(|f| f.ms_per_token),
+            cpu_ms_per_token: m_opt(|f| f.cpu_ms_per_token),
             alloc_us: m(|f| f.alloc_us),
             share: m(|f| f.share),
             faults_per_token: m_opt(|f| f.faults_per_token),
@@ -84,9 +92,10 @@ impl Figures {
 /// One row per allocator: `rows[i]` are its runs, one per round.
 pub fn print_table(rows: &[Vec<Run>], agree: bool) {
     println!(
-        "{:<17} {:>9} {:>9} {:>7} {:>13} {:>10} {:>10} {:>9} {:>9} {:>9} {:>14}  tokens agree",
+        "{:<17} {:>9} {:>7} {:>9} {:>7} {:>13} {:>10} {:>10} {:>9} {:>9} {:>9} {:>14}  tokens agree",
         "allocator",
         "ms/token",
+        "cpu ms",
         "alloc us",
         "share",
         "faults/token",
@@ -100,9 +109,10 @@ pub fn print_table(rows: &[Vec<Run>], agree: bool) {
     for runs in rows {
         let f = Figures::median_of(runs);
         println!(
-            "{:<17} {:>9.2} {:>9.1} {:>6.2}% {:>13} {:>10.1} {:>9.2}x {:>9} {:>9} {:>9.2} {:>14}  {}",
+            "{:<17} {:>9.2} {:>7} {:>9.1} {:>6.2}% {:>13} {:>10.1} {:>9.2}x {:>9} {:>9} {:>9.2} {:>14}  {}",
             runs[0].name,
             f.ms_per_token,
+            or_dash(f.cpu_ms_per_token, 2),
             f.alloc_us,
             f.share,
             or_dash(f.faults_per_token, 1),
@@ -123,8 +133,9 @@ pub fn print_summary(rows: &[Vec<Run>], reference: usize) {
     let r = Figures::median_of(&rows[reference]);
     let name = rows[reference][0].name;
     println!(
-        "against {name} ({:.2} ms per token, {} page faults per token, peak RSS {} MiB):",
+        "against {name} ({:.2} ms per token, {} ms of CPU, {} page faults per token, peak RSS {} MiB):",
         r.ms_per_token,
+        or_dash(r.cpu_ms_per_token, 2),
         or_dash(r.faults_per_token, 1),
         or_dash(r.peak_rss_mib, 0)
     );
@@ -137,10 +148,15 @@ pub fn print_summary(rows: &[Vec<Run>], reference: usize) {
             (Some(a), Some(b)) => format!("{:.2}x ({a:.0} MiB)", a / b),
             _ => "-".to_owned(),
         };
+        let cpu = f
+            .cpu_ms_per_token
+            .zip(r.cpu_ms_per_token)
+            .map(|(a, b)| a / b);
         println!(
-            "  {:<17} time per token {:.2}x, page faults per token {} vs {}, peak RSS {rss}",
+            "  {:<17} time per token {:.2}x (CPU {}x), page faults per token {} vs {}, peak RSS {rss}",
             runs[0].name,
             f.ms_per_token / r.ms_per_token,
+            or_dash(cpu, 2),
             or_dash(f.faults_per_token, 1),
             or_dash(r.faults_per_token, 1),
         );
@@ -173,6 +189,7 @@ mod tests {
         let step = |ms| Step {
             kv_len: 1,
             ms,
+            cpu_ms: Some(2.0 * ms),
             alloc_ns: 1000.0,
             faults: Some(faults),
             system_allocations: 2,
@@ -194,6 +211,7 @@ mod tests {
     fn figures_of_a_run_and_medians_over_rounds() {
         let f = Figures::of(&run(4.0, 6, 10));
         assert_eq!((f.ms_per_token, f.alloc_us, f.sys_allocs), (4.0, 1.0, 2.0));
+        assert_eq!(f.cpu_ms_per_token, Some(8.0));
         assert_eq!(
             (f.faults_per_token, f.prefill_faults),
             (Some(6.0), Some(6.0))

@@ -16,7 +16,7 @@ use tempalloc::{Error, Frame, KernelContext, Rewind, Stats, TempAllocator};
 
 use crate::counting;
 use crate::model::{Model, State};
-use crate::process::{self, minor_faults};
+use crate::process::{self, cpu_ms, minor_faults};
 use crate::rng::Rng;
 
 /// Why a generation step stopped.
@@ -84,6 +84,8 @@ pub struct Step {
     /// Positions in the KV cache after the step.
     pub kv_len: usize,
     pub ms: f64,
+    /// CPU time of the process during the step (every thread), when known.
+    pub cpu_ms: Option<f64>,
     /// Time inside the temp allocator (allocate, checkpoint, rewind and
     /// reset), timer cost subtracted.
     pub alloc_ns: f64,
@@ -161,12 +163,14 @@ pub fn generate<A: Rewind>(
         let faults_before = minor_faults();
         let allocations_before = counting::allocations();
         let alloc_before = temp.nanos();
+        let cpu_before = cpu_ms();
         let start = Instant::now();
         let token = model.step(&mut state, &mut temp, input, uniform, step == 0)?;
         let elapsed = start.elapsed();
         run.steps.push(Step {
             kv_len: state.len(),
             ms: elapsed.as_secs_f64() * 1e3,
+            cpu_ms: cpu_ms().zip(cpu_before).map(|(a, b)| a - b),
             alloc_ns: temp.nanos() - alloc_before,
             faults: minor_faults().zip(faults_before).map(|(a, b)| a - b),
             system_allocations: counting::allocations() - allocations_before,
