@@ -2,7 +2,11 @@
 //! by name. Needs `mod exact_size_cache;` at the including crate's root.
 #![allow(dead_code)]
 
-use tempalloc::{BumpAllocator, CachingAllocator, MallocAllocator, Rewind, TempAllocator};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tempalloc::{
+    BumpAllocator, CachingAllocator, CachingConfig, MallocAllocator, Rewind, TempAllocator,
+};
 
 use crate::exact_size_cache::ExactSizeCache;
 
@@ -37,7 +41,17 @@ allocators! {
     "malloc" => MallocAllocator::new(),
     "exact-size-cache" => ExactSizeCache::new(),
     "bumpalo" => BumpAllocator::new(),
-    "caching" => CachingAllocator::new(),
+    "caching" => caching(),
+}
+
+/// Whether `caching` asks for transparent huge pages on its regions
+/// (`CachingConfig::huge_pages`): the demo's `--huge-pages`.
+pub static CACHING_HUGE_PAGES: AtomicBool = AtomicBool::new(false);
+
+/// `CachingAllocator::new()`, with huge pages if [`CACHING_HUGE_PAGES`] says.
+fn caching() -> CachingAllocator {
+    let huge = CACHING_HUGE_PAGES.load(Ordering::Relaxed);
+    CachingAllocator::with_config(CachingConfig::default().huge_pages(huge))
 }
 
 /// The allocator ratios are computed against: `caching` when present, else `malloc`.

@@ -7,6 +7,13 @@
 //! #[global_allocator]
 //! static GLOBAL: counting::Counting = counting::Counting;
 //! ```
+//!
+//! or, counting calls into another allocator (the demo's mimalloc row):
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static GLOBAL: counting::CountingOver<mimalloc::MiMalloc> = counting::CountingOver(mimalloc::MiMalloc);
+//! ```
 #![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -52,8 +59,14 @@ fn count() {
     }
 }
 
-/// The system allocator, counting.
-pub struct Counting;
+/// A global allocator, counting.
+pub struct CountingOver<A>(pub A);
+
+/// The system allocator, counting. A type and a constant of one name, as a
+/// unit struct is, so `static GLOBAL: Counting = Counting;` reads the same.
+pub type Counting = CountingOver<System>;
+#[allow(non_upper_case_globals)]
+pub const Counting: Counting = CountingOver(System);
 
 /// System allocations (alloc, alloc_zeroed, realloc) so far, all threads.
 pub fn allocations() -> u64 {
@@ -65,31 +78,31 @@ pub fn frees() -> u64 {
     FREES.load(Ordering::Relaxed)
 }
 
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees are ours; the counters have no effect
-// on the memory.
-unsafe impl GlobalAlloc for Counting {
+// SAFETY: every method forwards to `self.0` with the caller's arguments
+// unchanged, so its guarantees are ours; the counters have no effect on the
+// memory.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingOver<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count();
         // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
+        unsafe { self.0.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         count();
         // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
+        unsafe { self.0.alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         FREES.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged; `ptr` came from `System` with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
+        // SAFETY: forwarded unchanged; `ptr` came from `self.0` with `layout`.
+        unsafe { self.0.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count();
         // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { self.0.realloc(ptr, layout, new_size) }
     }
 }

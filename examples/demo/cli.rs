@@ -10,9 +10,17 @@ usage: cargo run --release --example demo -- [OPTIONS]
   --layers N       transformer layers (default 2; Llama-3.2-1B has 16)
   --chunk N        prefill chunk, in tokens (default 128)
   --tiny           the old toy model (d_model 256, 4 heads, 32-token prompt)
+  --threads N      kernel worker threads (default: every core)
+  --huge-pages     caching asks for transparent huge pages on its regions
+                   (CachingConfig::huge_pages; Linux)
+  --rounds R       run every allocator R times, in a rotated order each
+                   round, and report medians (default 3)
   --plot FILE.svg  draw the allocator's share of each step's time against
-                   the context length, one line per allocator
-  -h, --help       print this help";
+                   the context length, one line per allocator (first round)
+  -h, --help       print this help
+
+Each allocator runs in a child process of its own (the demo runs itself
+again with --child NAME).";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Args {
@@ -21,7 +29,12 @@ pub struct Args {
     pub layers: Option<usize>,
     pub chunk: Option<usize>,
     pub tiny: bool,
+    pub huge_pages: bool,
+    pub threads: Option<usize>,
+    pub rounds: Option<usize>,
     pub plot: Option<PathBuf>,
+    /// Hidden: run only this allocator and print a report (child.rs).
+    pub child: Option<String>,
 }
 
 impl Args {
@@ -52,12 +65,41 @@ impl Args {
                 "--layers" => parsed.layers = positive()?,
                 "--chunk" => parsed.chunk = positive()?,
                 "--tiny" => parsed.tiny = true,
+                "--huge-pages" => parsed.huge_pages = true,
+                "--threads" => parsed.threads = positive()?,
+                "--rounds" => parsed.rounds = positive()?,
                 "--plot" => parsed.plot = Some(PathBuf::from(value()?)),
+                "--child" => parsed.child = Some(value()?),
                 "-h" | "--help" => return Ok(None),
                 _ => return Err(format!("unknown argument {arg:?}")),
             }
         }
         Ok(Some(parsed))
+    }
+
+    /// The arguments that make a child generate as this run would (not the
+    /// parent's own options: rounds, plot; the caller adds `--child NAME`).
+    pub fn for_child(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        let numbers = [
+            ("--context", self.context),
+            ("--tokens", self.tokens),
+            ("--layers", self.layers),
+            ("--chunk", self.chunk),
+            ("--threads", self.threads),
+        ];
+        for (flag, value) in numbers {
+            if let Some(n) = value {
+                args.extend([flag.to_owned(), n.to_string()]);
+            }
+        }
+        if self.tiny {
+            args.push("--tiny".to_owned());
+        }
+        if self.huge_pages {
+            args.push("--huge-pages".to_owned());
+        }
+        args
     }
 }
 
@@ -78,7 +120,11 @@ mod tests {
             layers: Some(16),
             chunk: Some(8),
             tiny: true,
+            huge_pages: true,
+            threads: Some(3),
+            rounds: Some(2),
             plot: Some("t.svg".into()),
+            child: Some("caching".into()),
         };
         let all = [
             "--context",
@@ -90,14 +136,37 @@ mod tests {
             "--chunk",
             "8",
             "--tiny",
+            "--huge-pages",
+            "--threads",
+            "3",
+            "--rounds",
+            "2",
             "--plot",
             "t.svg",
+            "--child",
+            "caching",
         ];
-        assert_eq!(parse(&all), Ok(Some(args)));
+        assert_eq!(parse(&all), Ok(Some(args.clone())));
+        // A child gets what shapes the generation, not the parent's options.
+        let child = args.for_child();
+        assert_eq!(
+            child.join(" "),
+            "--context 64 --tokens 9 --layers 16 --chunk 8 --threads 3 --tiny --huge-pages"
+        );
+        let reparsed = parse(&child.iter().map(String::as_str).collect::<Vec<_>>());
+        let expected = Args {
+            rounds: None,
+            plot: None,
+            child: None,
+            ..args
+        };
+        assert_eq!(reparsed, Ok(Some(expected)));
         assert_eq!(parse(&["--help"]), Ok(None));
         assert!(parse(&["--tokens", "0"]).is_err());
         assert!(parse(&["--context", "x"]).is_err());
         assert!(parse(&["--tokens"]).is_err());
         assert!(parse(&["--frobnicate"]).is_err());
+        assert!(parse(&["--rounds", "0"]).is_err());
+        assert!(parse(&["--child"]).is_err());
     }
 }

@@ -8,10 +8,10 @@ use plotters::prelude::*;
 
 use crate::runtime::Run;
 
-const COLORS: [RGBColor; 4] = [BLUE, RED, GREEN, MAGENTA];
+const COLORS: [RGBColor; 5] = [BLUE, RED, GREEN, MAGENTA, BLACK];
 
 /// Every step of every run: the prefill chunks, then the decode tokens.
-pub fn write_svg(path: &Path, runs: &[Run]) -> Result<(), Box<dyn Error>> {
+pub fn write_svg(path: &Path, runs: &[&Run]) -> Result<(), Box<dyn Error>> {
     let points = |run: &Run| -> Vec<(f64, f64)> {
         run.steps
             .iter()
@@ -25,7 +25,7 @@ pub fn write_svg(path: &Path, runs: &[Run]) -> Result<(), Box<dyn Error>> {
         .fold(1.0, f64::max);
     let y_max = runs
         .iter()
-        .flat_map(points)
+        .flat_map(|run| points(run))
         .map(|(_, y)| y)
         .fold(0.0, f64::max)
         .max(1e-3);

@@ -16,6 +16,7 @@ use tempalloc::{Error, Frame, KernelContext, Rewind, Stats, TempAllocator};
 
 use crate::counting;
 use crate::model::{Model, State};
+use crate::process::{self, cpu_ms, minor_faults};
 use crate::rng::Rng;
 
 /// Why a generation step stopped.
@@ -83,6 +84,8 @@ pub struct Step {
     /// Positions in the KV cache after the step.
     pub kv_len: usize,
     pub ms: f64,
+    /// CPU time of the process during the step (every thread), when known.
+    pub cpu_ms: Option<f64>,
     /// Time inside the temp allocator (allocate, checkpoint, rewind and
     /// reset), timer cost subtracted.
     pub alloc_ns: f64,
@@ -106,6 +109,11 @@ pub struct Run {
     /// included).
     pub peak_held: usize,
     pub peak_live: usize,
+    /// The process's resident memory before the first step, and at its
+    /// peak by the end (`None` where the system does not say). Each
+    /// allocator runs in a process of its own, so these are its own.
+    pub rss_before: Option<u64>,
+    pub peak_rss: Option<u64>,
 }
 
 impl Run {
@@ -139,6 +147,8 @@ pub fn generate<A: Rewind>(
         requests: 0,
         peak_held: 0,
         peak_live: 0,
+        rss_before: process::rss(),
+        peak_rss: None,
     };
     let bar = progress_bar(name, prefill_steps + count - 1);
     let mut inputs = chunks.collect::<Vec<_>>().into_iter();
@@ -153,12 +163,14 @@ pub fn generate<A: Rewind>(
         let faults_before = minor_faults();
         let allocations_before = counting::allocations();
         let alloc_before = temp.nanos();
+        let cpu_before = cpu_ms();
         let start = Instant::now();
         let token = model.step(&mut state, &mut temp, input, uniform, step == 0)?;
         let elapsed = start.elapsed();
         run.steps.push(Step {
             kv_len: state.len(),
             ms: elapsed.as_secs_f64() * 1e3,
+            cpu_ms: cpu_ms().zip(cpu_before).map(|(a, b)| a - b),
             alloc_ns: temp.nanos() - alloc_before,
             faults: minor_faults().zip(faults_before).map(|(a, b)| a - b),
             system_allocations: counting::allocations() - allocations_before,
@@ -173,23 +185,8 @@ pub fn generate<A: Rewind>(
     run.requests = temp.inner.stats().allocations;
     run.peak_held = temp.peak_held;
     run.peak_live = temp.peak_live.load(Relaxed);
+    run.peak_rss = process::peak_rss();
     Ok(run)
-}
-
-/// Minor page faults of the process so far (every thread), on Linux.
-#[cfg(target_os = "linux")]
-fn minor_faults() -> Option<u64> {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: `getrusage` writes a whole `rusage` through the valid pointer
-    // and reports failure in its return value, checked before reading.
-    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0;
-    // SAFETY: `getrusage` returned 0, so it initialised `usage`.
-    ok.then(|| unsafe { usage.assume_init() }.ru_minflt as u64)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn minor_faults() -> Option<u64> {
-    None
 }
 
 /// A temp allocator that times every call into the one it wraps and follows
@@ -309,9 +306,10 @@ unsafe impl<A: Rewind> Rewind for Timed<A> {
     }
 }
 
-/// A bar on stdout, hidden when stdout is not a terminal (indicatif's rule).
+/// A bar on stderr (a child's stdout is its report to the demo), hidden
+/// when stderr is not a terminal (indicatif's rule).
 fn progress_bar(name: &str, count: usize) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(count as u64), ProgressDrawTarget::stdout());
+    let bar = ProgressBar::with_draw_target(Some(count as u64), ProgressDrawTarget::stderr());
     let style =
         ProgressStyle::with_template("{prefix:>8} [{bar:40}] {pos}/{len} tokens ({per_sec})")
             .expect("the template is a valid constant")

@@ -3,11 +3,14 @@
 //! built-in workloads) through several temp allocators and prints, per
 //! trace, one row per allocator ([`tempalloc::trace::compare_counting`], with
 //! system allocations counted by a counting `#[global_allocator]`) as a table
-//! or as JSON lines.
+//! or as JSON lines. With `--plan` it prints instead what each thread and
+//! each region of a `CachingAllocator` must hold to serve the trace without
+//! growing ([`tempalloc::trace::Plan`]).
 //!
 //! ```text
 //! cargo install --path . --features cli
 //! tempalloc-replay TRACE... [--json] [--allocators LIST] [--repeat N]
+//! tempalloc-replay --plan TRACE... [--json]
 //! ```
 
 #[path = "../../examples/common/allocators.rs"]
@@ -29,8 +32,11 @@ use tempalloc::{CachingAllocator, TempAllocator};
 static GLOBAL: counting::Counting = counting::Counting;
 
 const USAGE: &str = "usage: tempalloc-replay TRACE... [--json] [--allocators LIST] [--repeat N]
+       tempalloc-replay --plan TRACE... [--json]
   TRACE             a trace file, or steady | decode | mixed (built-in workloads)
-  --json            one JSON object per allocator and trace, one a line
+  --plan            print what each thread and each region of a CachingAllocator
+                    must hold to serve the trace without growing, instead of replaying
+  --json            one JSON object per allocator (or plan) and trace, one a line
   --allocators LIST comma-separated, from malloc,exact-size-cache,bumpalo,caching (default: all)
   --repeat N        timed passes after one warm-up pass (default 10)
   -h, --help        print this help";
@@ -38,6 +44,7 @@ const USAGE: &str = "usage: tempalloc-replay TRACE... [--json] [--allocators LIS
 struct Args {
     traces: Vec<String>,
     json: bool,
+    plan: bool,
     allocators: Vec<&'static str>,
     repeat: usize,
 }
@@ -48,6 +55,7 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
         traces: Vec::new(),
         json: false,
+        plan: false,
         allocators: allocators::ALLOCATORS.iter().map(|(n, _)| *n).collect(),
         repeat: 10,
     };
@@ -57,6 +65,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         match arg {
             Short('h') | Long("help") => return Ok(None),
             Long("json") => args.json = true,
+            Long("plan") => args.plan = true,
             Long("repeat") => {
                 let value: usize = parser.value().map_err(error)?.parse().map_err(error)?;
                 if value == 0 {
@@ -148,7 +157,35 @@ fn faithful_caching(trace: &Trace) -> Result<Option<ReplayStats>, tempalloc::Err
     trace.replay_caching(&mut temp).map(Some)
 }
 
+/// `--plan`: the plan of each trace, as text or one JSON line.
+fn print_plans(args: &Args) -> Result<(), String> {
+    for name in &args.traces {
+        let plan = load(name)?.plan().map_err(|e| format!("{name}: {e}"))?;
+        if args.json {
+            let threads: serde_json::Map<String, serde_json::Value> = plan
+                .threads()
+                .iter()
+                .map(|&(id, bytes)| (id.to_string(), bytes.into()))
+                .collect();
+            let line = serde_json::json!({
+                "trace": name,
+                "windows": plan.windows(),
+                "regions": plan.regions(),
+                "total_bytes": plan.total_bytes(),
+                "threads": threads,
+            });
+            println!("{line}");
+        } else {
+            print!("# {name}\n{plan}");
+        }
+    }
+    Ok(())
+}
+
 fn run(args: &Args) -> Result<(), String> {
+    if args.plan {
+        return print_plans(args);
+    }
     for name in &args.traces {
         let trace = load(name)?;
         let mut temps: Vec<(&str, Box<dyn TempAllocator>)> = args

@@ -1,6 +1,8 @@
 //! Scratch-allocation traces: record what kernels ask for, write and read it
-//! as text, generate the reference workloads, and replay a trace through any
-//! [`TempAllocator`](crate::TempAllocator).
+//! as text, generate the reference workloads, replay a trace through any
+//! [`TempAllocator`](crate::TempAllocator), and plan from it what a
+//! [`CachingAllocator`](crate::CachingAllocator)'s regions must hold
+//! ([`Trace::plan`]).
 //!
 //! The text format has one event a line:
 //!
@@ -33,6 +35,7 @@
 mod compare;
 mod numbers;
 mod parse;
+mod plan;
 mod replay;
 mod workloads;
 
@@ -41,6 +44,7 @@ use std::io::{self, BufWriter, Write};
 
 pub use compare::{Comparison, compare, compare_counting};
 pub use parse::ParseError;
+pub use plan::Plan;
 pub use replay::ReplayStats;
 pub use workloads::{Decode, Mixed, Steady, decode, mixed, steady, workload};
 

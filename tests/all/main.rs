@@ -42,6 +42,7 @@ with_std! {
     mod leaks;
     mod malloc;
     mod model;
+    mod plan;
     mod recording;
     mod refusals;
     mod regions;
