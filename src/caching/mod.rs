@@ -25,6 +25,7 @@ use crate::block_cache::{BlockCache, ChunkOptions};
 use crate::chunk::Chunk;
 use crate::os::page_size;
 use crate::temp::dangling;
+use crate::trace::Plan;
 use crate::{Error, Stats, TempAllocator};
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
@@ -291,6 +292,56 @@ impl CachingAllocator {
             // SAFETY: `&mut self`: no thread uses the region.
             unsafe { region.trim(books) };
         }
+    }
+
+    /// Commits at load time what a recorded run's regions held
+    /// ([`Plan::regions`](crate::trace::Plan::regions), from
+    /// [`Trace::plan`](crate::trace::Trace::plan)), touching every page if
+    /// the config [prefaults](CachingConfig::prefault): the first inference
+    /// then makes no system call and, with prefault, takes no page fault in
+    /// the allocator. The regions are FREE; threads lease them in the order
+    /// they first allocate, the largest first. (With the debug checks on,
+    /// every request is carved from one locked region: it takes the plan's
+    /// total, canaries not counted.) A phone app pays this at launch instead
+    /// of on the first request.
+    ///
+    /// ```
+    /// use tempalloc::trace::Plan;
+    /// use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+    ///
+    /// let config = CachingConfig::default().prefault(true).debug_checks(false);
+    /// let mut temp = CachingAllocator::with_config(config);
+    /// temp.prewarm(&Plan::from_regions([1 << 20]))?;
+    /// let before = temp.stats().system_allocations;
+    /// KernelContext::new(&temp).scratch::<u8>(1 << 20)?; // the first inference
+    /// assert_eq!(temp.stats().system_allocations, before);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// What taking memory fails with ([`Error::BudgetExceeded`] past a
+    /// limit, [`Error::OutOfMemory`]); what was committed before stays.
+    pub fn prewarm(&mut self, plan: &Plan) -> Result<(), Error> {
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let total = [plan.total_bytes()];
+        let sizes = if self.config.debug_checks { &total[..] } else { plan.regions() };
+        for (i, &bytes) in sizes.iter().enumerate() {
+            let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
+            if shared.regions.len() == i && !self.config.debug_checks {
+                let oom = Error::out_of_memory(layout);
+                shared.regions.try_reserve(1).map_err(|_| oom)?;
+                shared.regions.push(Region::try_new(FREE).ok_or(oom)?);
+            }
+            // SAFETY: as in `region`.
+            let locked = unsafe { self.locked.as_ref() };
+            let region = shared.regions.get(i).filter(|_| !self.config.debug_checks).map_or(locked, deref);
+            if bytes > region.held() {
+                // SAFETY: `&mut self`: no thread uses the region.
+                unsafe { region.grow(&self.books, &self.config, layout)? };
+            }
+        }
+        Ok(())
     }
 
     /// Checks the canary after every allocation since the last reset, when

@@ -113,3 +113,52 @@ fn a_plan_by_hand_and_its_text() {
     let recorded = plan("a 300 8\nt 1\na 200 8\nt 2\na 100 8\nr\n");
     assert_eq!(recorded.regions(), p.regions());
 }
+
+/// A runtime that recorded one run, planned it and prewarmed a fresh
+/// allocator with the plan: the first inference (one thread, or four that
+/// share the work equally) takes no memory from the system.
+#[test]
+fn a_prewarmed_allocator_takes_no_memory_in_its_first_inference() {
+    use tempalloc::trace::Plan;
+    use tempalloc::{KernelContext, RecordingAllocator};
+
+    /// One inference: activations on the calling thread, a kernel's
+    /// scratch on `threads` workers, sizes that change with `step`.
+    fn inference(temp: &dyn TempAllocator, threads: usize, step: usize) {
+        let ctx = KernelContext::new(temp);
+        ctx.allocate_temp(100_000 + step * 4096, 64).unwrap().fill(std::mem::MaybeUninit::new(1));
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                let ctx = &ctx;
+                s.spawn(move || {
+                    for k in 0..4 {
+                        let size = 10_000 * (k + 1) + step * 512;
+                        ctx.allocate_temp(size, 128).unwrap().fill(std::mem::MaybeUninit::new(2));
+                    }
+                });
+            }
+        });
+    }
+    let config = CachingConfig::default().debug_checks(false);
+    for threads in [0, 1, 4] {
+        // Record a run of three inferences, then plan it.
+        let mut recorder = RecordingAllocator::new(CachingAllocator::with_config(config));
+        for step in 0..3 {
+            inference(&recorder, threads, step);
+            recorder.reset();
+        }
+        let plan: Plan = recorder.trace().plan().unwrap();
+        assert_eq!(plan.regions().len(), 1 + threads, "{threads} threads");
+        // A fresh allocator, prewarmed: its inferences take nothing.
+        let mut temp = CachingAllocator::with_config(config.prefault(true));
+        temp.prewarm(&plan).unwrap();
+        let warm = temp.stats();
+        assert!(warm.bytes_held >= plan.total_bytes(), "{threads} threads: {warm}");
+        for step in 0..3 {
+            inference(&temp, threads, step);
+            temp.reset();
+        }
+        let s = temp.stats();
+        assert_eq!(s.system_allocations, warm.system_allocations, "{threads} threads: {s}");
+    }
+}
