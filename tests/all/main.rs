@@ -27,21 +27,24 @@ with_std! {
     mod bad_input;
     mod budget;
     mod bump;
-    mod caching;
     mod capi;
+    mod checkpoints;
     mod context;
     mod debug_checks;
     mod errors;
     mod exact_size_cache;
+    mod fallback;
     mod faults;
+    mod footprint;
     mod hashbrown_map;
     mod leaks;
     mod malloc;
     mod model;
     mod recording;
-    mod regions;
+    mod scenarios;
     mod stress;
     mod testing;
+    mod threads;
     mod trace;
     mod vec_in;
 }
