@@ -150,6 +150,12 @@ fn a_heap_region_that_outgrew_its_block_converges_to_one_block_sized_to_its_peak
 }
 
 #[test]
+#[ignore = "bug: a reset keeps a doubled block that holds the peak, up to 2x it (steady: 1.99x)"]
+fn workloads_on_heap_blocks_converge_within_the_memory_target() {
+    crate::footprint::workloads_converge(fast().reserve(None));
+}
+
+#[test]
 fn heap_blocks_converge_when_one_block_needs_more_padding_than_a_chain() {
     // Across two blocks the 64-aligned request starts a block and needs no
     // padding; in one block it needs some. The peak must count it, or a

@@ -2,7 +2,9 @@
 //! all at once, one after another or persistent across windows, and
 //! windows repeated until the system allocations stop.
 
-use std::sync::{Barrier, OnceLock, RwLock};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Barrier, Mutex, OnceLock, PoisonError, RwLock};
 
 use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
 
@@ -106,6 +108,7 @@ pub fn one_after_another(temp: &CachingAllocator, threads: usize, size: usize) -
 /// them, as a runtime's worker pool does: in window `w`, thread `t` runs
 /// `work(t, w, &temp)`; then, with every worker waiting, `after(&mut temp,
 /// w, results)` sees what each returned (in thread order) and may reset.
+/// A panic in either ends every thread and is passed on.
 pub fn persistent<R: Send>(
     temp: CachingAllocator,
     threads: usize,
@@ -117,14 +120,18 @@ pub fn persistent<R: Send>(
     // what makes `reset(&mut self)` possible while the threads live on.
     let temp = RwLock::new(temp);
     let (start, end) = (Barrier::new(threads + 1), Barrier::new(threads + 1));
-    let results = std::sync::Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let results = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for t in 0..threads {
-            let (temp, start, end, work, results) = (&temp, &start, &end, &work, &results);
+            let (temp, start, end, stop, work, results) = (&temp, &start, &end, &stop, &work, &results);
             s.spawn(move || {
                 for w in 0..windows {
                     start.wait();
-                    let r = work(t, w, &temp.read().unwrap());
+                    if stop.load(Relaxed) {
+                        return;
+                    }
+                    let r = catch_unwind(AssertUnwindSafe(|| work(t, w, &temp.read().unwrap())));
                     results.lock().unwrap().push((t, r));
                     end.wait();
                 }
@@ -135,7 +142,17 @@ pub fn persistent<R: Send>(
             end.wait();
             let mut done = std::mem::take(&mut *results.lock().unwrap());
             done.sort_by_key(|(t, _)| *t);
-            after(&mut temp.write().unwrap(), w, done.into_iter().map(|(_, r)| r).collect());
+            let done: Result<Vec<R>, _> = done.into_iter().map(|(_, r)| r).collect();
+            let mut temp = temp.write().unwrap_or_else(PoisonError::into_inner);
+            let ended = done.and_then(|done| catch_unwind(AssertUnwindSafe(|| after(&mut temp, w, done))));
+            if let Err(panic) = ended {
+                // Release the workers waiting for the next window, then fail.
+                stop.store(true, Relaxed);
+                if w + 1 < windows {
+                    start.wait();
+                }
+                resume_unwind(panic);
+            }
         }
     });
     temp.into_inner().unwrap()
