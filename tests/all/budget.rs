@@ -71,7 +71,7 @@ fn a_request_over_the_limit_is_over_budget_whatever_its_size() {
         let temp = CachingAllocator::with_config(config.max_bytes(Some(limit)));
         let ctx = KernelContext::new(&temp);
         let kept = fill(ctx.allocate_temp(1000, 8).unwrap(), 3);
-        for size in [limit + 1, 1 << 40, isize::MAX as usize - 4096] {
+        for size in [limit + 1, crate::util::HUGE, isize::MAX as usize - 4096] {
             let err = ctx.allocate_temp(size, 64).unwrap_err();
             assert!(
                 matches!(err, Error::BudgetExceeded { requested, limit: l, .. } if requested == size && l == limit),

@@ -137,7 +137,7 @@ fn held_follows_the_most_each_thread_used_from_the_first_window() {
     let (threads, windows, unit) = (scaled(4, 2), scaled(8, 4), scaled(256 << 10, 16 << 10));
     let share = |t: usize, w: usize| unit * (1 + (2 * t + 3 * w) % 5);
     let mut most = vec![0; threads];
-    let temp = persistent(
+    persistent(
         fast_allocator(),
         threads,
         windows,
@@ -164,7 +164,6 @@ fn held_follows_the_most_each_thread_used_from_the_first_window() {
             temp.reset();
         },
     );
-    drop(temp);
 }
 
 /// The three reference workloads, small enough for a debug build (and
