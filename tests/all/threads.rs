@@ -5,6 +5,7 @@
 //! threads that allocate in one window, never the threads ever seen.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Barrier, Mutex};
 
 use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
@@ -13,7 +14,7 @@ use crate::counting::counts;
 use crate::scenarios::{
     all_at_once, assert_disjoint, fast, fresh_threads, one_after_another, page, persistent, range, scaled,
 };
-use crate::util::{check, fill};
+use crate::util::{Lcg, check, fill};
 
 fn fast_allocator() -> CachingAllocator {
     CachingAllocator::with_config(fast())
@@ -230,6 +231,68 @@ fn fresh_and_persistent_threads_together_never_share_a_region() {
             let after = *warm.get_or_insert(s.system_allocations);
             assert_eq!(s.system_allocations, after, "window {w}: {s}");
             temp.reset();
+        },
+    );
+}
+
+/// `n` requests of random sizes (some empty) and alignments through a
+/// context of its own, each patterned and checked; returns `n`.
+fn random_requests(temp: &CachingAllocator, seed: u64, n: usize) -> u64 {
+    let mut rng = Lcg(seed);
+    let ctx = KernelContext::new(temp);
+    for i in 0..n {
+        let size = [0, 1 + rng.below(300) as usize][usize::from(rng.below(8) != 0)];
+        let align = [1, 8, 64, 4096][rng.below(4) as usize];
+        let buf = fill(ctx.allocate_temp(size, align).unwrap(), i);
+        assert_eq!(buf.as_ptr() as usize % align, 0);
+        check(buf, i);
+    }
+    n as u64
+}
+
+#[test]
+fn stats_read_while_fresh_and_persistent_threads_allocate_count_every_request() {
+    // The shape of a once-seen, never reproduced stress failure (a request
+    // count off after a round of fresh threads): persistent threads, fresh
+    // threads and a thread reading `stats` all at once, every window; once
+    // the threads are joined, `stats` counts exactly what they were served.
+    let (pool, fresh, windows, n) = (scaled(3, 2), scaled(6, 2), scaled(20, 2), scaled(500, 12));
+    let mut before = 0;
+    persistent(
+        fast_allocator(),
+        pool,
+        windows,
+        |t, w, temp| {
+            let seed = (w * 100 + t) as u64;
+            if t != 0 {
+                return random_requests(temp, seed, n);
+            }
+            let reading = AtomicBool::new(true);
+            std::thread::scope(|s| {
+                let reader = s.spawn(|| {
+                    let mut reads = 0u64;
+                    while reading.load(Relaxed) {
+                        assert_eq!(temp.stats().canary_violations, 0);
+                        reads += 1;
+                    }
+                    reads
+                });
+                let others: Vec<_> =
+                    (0..fresh).map(|f| s.spawn(move || random_requests(temp, seed + 10 * f as u64 + 10, n))).collect();
+                let mut served = random_requests(temp, seed, n);
+                served += others.into_iter().map(|o| o.join().unwrap()).sum::<u64>();
+                reading.store(false, Relaxed);
+                assert!(reader.join().unwrap() > 0);
+                served
+            })
+        },
+        |temp, w, served| {
+            let served: u64 = served.iter().sum();
+            let s = temp.stats();
+            assert_eq!(s.allocations - before, served, "window {w}: {s}");
+            assert_eq!(served, ((pool + fresh) * n) as u64);
+            temp.reset();
+            before = temp.stats().allocations;
         },
     );
 }
