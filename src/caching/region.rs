@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
 
 use super::grow::Books;
+use crate::block::size_class;
 use crate::chunk::Chunk;
 
 /// The `owner` of a region nobody leases.
@@ -377,14 +378,21 @@ impl Hot {
 }
 
 /// The reset of a region that moved this window, or whose chunk cannot hold
-/// its peak: it keeps the smallest chunk that holds the peak, or none (heap
-/// blocks never grow: its next request takes one sized to the peak), and
-/// gives the others back. One chunk serves each window from then on.
+/// its peak: it keeps the smallest chunk that holds the peak — a heap block
+/// only if it is not much larger (at most a quarter over the peak's size
+/// class, as the cache hands out), so a block doubled to get through one
+/// window is not kept for good — or none (its next request takes one sized
+/// to the peak), and gives the others back. One chunk serves each window
+/// from then on.
 #[cold]
 #[inline(never)]
 fn settle(hot: &Hot, cold: &mut Cold, books: &Books) {
     let chunks = &mut cold.chunks;
-    let fits = (0..chunks.len()).filter(|&i| chunks[i].capacity() >= cold.peak);
+    let most = size_class(cold.peak).map_or(usize::MAX, |class| class + class / 4);
+    let fits = (0..chunks.len()).filter(|&i| match &chunks[i] {
+        Chunk::Mapped(m) => m.reserved() >= cold.peak,
+        Chunk::Heap(b) => (cold.peak..=most).contains(&b.size()),
+    });
     let keep = fits.min_by_key(|&i| chunks[i].capacity());
     if let Some(i) = keep {
         chunks.swap(0, i);

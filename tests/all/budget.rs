@@ -1,12 +1,28 @@
 //! `max_bytes` means what its docs say, at any thread count: a program is
 //! served whenever the limit covers what is live plus one growth step per
 //! thread; past that, `BudgetExceeded` with the numbers, and nothing
-//! already handed out changes.
+//! already handed out changes. Growth never asks for more than the limit
+//! allows; the memory of FREE regions (and a shared cache's idle memory)
+//! makes room when that lets the request fit, and only then; a leased
+//! region's memory never does. Requests above the dedicated threshold get
+//! memory of their own, given back at the reset.
+
+use std::sync::{Arc, Barrier};
 
 use rayon::prelude::*;
-use tempalloc::{CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
+use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
-use crate::util::{check, fill};
+use crate::scenarios::{converges, fast, page, scaled};
+use crate::util::{addr, check, fill};
+
+/// Panics unless `r` is `BudgetExceeded` for a request of `size` bytes.
+fn assert_over_budget<T>(r: Result<T, Error>, size: usize) {
+    match r {
+        Err(Error::BudgetExceeded { requested, .. }) if requested == size => {}
+        Err(e) => panic!("{size} B: {e}"),
+        Ok(_) => panic!("{size} B: served over the limit"),
+    }
+}
 
 /// How a kernel's 64 x 1 KiB of worker scratch is spread over its threads.
 #[derive(Clone, Copy, Debug)]
@@ -58,8 +74,12 @@ fn activations_and_workers(config: CachingConfig, split: Split, threads: usize, 
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "rayon's deque (crossbeam-epoch) casts integers to pointers, which strict provenance refuses"
+)]
 fn a_limit_covering_each_threads_window_and_a_page_serves_any_thread_count() {
-    let page = crate::util::page();
+    let page = page();
     for threads in [1, 2, 4, 8] {
         // An equal split: what is live, and a page for each thread that
         // allocates (the calling thread, the workers, and the debug checks'
@@ -88,7 +108,7 @@ fn a_request_over_the_limit_is_over_budget_whatever_its_size() {
         let temp = CachingAllocator::with_config(config.max_bytes(Some(limit)));
         let ctx = KernelContext::new(&temp);
         let kept = fill(ctx.allocate_temp(1000, 8).unwrap(), 3);
-        for size in [limit + 1, 1 << 40, isize::MAX as usize - 4096] {
+        for size in [limit + 1, crate::util::HUGE, isize::MAX as usize - 4096] {
             let err = ctx.allocate_temp(size, 64).unwrap_err();
             assert!(
                 matches!(err, Error::BudgetExceeded { requested, limit: l, .. } if requested == size && l == limit),
@@ -98,6 +118,306 @@ fn a_request_over_the_limit_is_over_budget_whatever_its_size() {
         check(kept, 3);
         assert_eq!(temp.stats().bytes_live, 1000);
     }
+}
+
+#[test]
+fn a_request_is_served_while_held_plus_need_fits_the_limit() {
+    let limit = 1536 << 10; // 1.5 MiB
+    for config in [fast(), fast().debug_checks(true), fast().reserve(None)] {
+        let temp = CachingAllocator::with_config(config.max_bytes(Some(limit)));
+        let ctx = KernelContext::new(&temp);
+        let mut served = 0;
+        let err = loop {
+            match ctx.allocate_temp(1000, 8) {
+                Ok(buf) => served += buf.len(),
+                Err(e) => break e,
+            }
+        };
+        let Error::BudgetExceeded { requested, held, limit: l } = err else {
+            panic!("{config:?}: {err}");
+        };
+        assert_eq!((requested, l), (1000, limit), "{config:?}");
+        assert!(held <= limit, "{config:?}: {err}");
+        // Refused only when the next page (and, for heap blocks, the next
+        // whole block) does not fit: nearly all of the limit was served.
+        let mut slack = if config.reserve.is_some() { 2 * page() } else { limit / 2 };
+        if config.debug_checks {
+            slack += served / 1000 * 16; // a canary after every buffer
+        }
+        assert!(served + slack >= limit, "{config:?}: {served} B served, {err}");
+        assert!(err.to_string().contains(&limit.to_string()), "{err}");
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "under Miri regions are heap blocks, which cannot grow in place")]
+fn growth_never_asks_for_more_than_the_limit_allows() {
+    // A request that fits exactly what is left is served, though growth by
+    // 12.5% would pass the limit.
+    let limit = 1 << 20;
+    let temp = CachingAllocator::with_config(fast().max_bytes(Some(limit)).min_block_size(4096));
+    let ctx = KernelContext::new(&temp);
+    let a = fill(ctx.allocate_temp(900 << 10, 4096).unwrap(), 1);
+    let b = fill(ctx.allocate_temp((1 << 20) - (900 << 10), 4096).unwrap(), 2);
+    check(a, 1);
+    check(b, 2);
+    assert!(temp.stats().bytes_held <= limit);
+    assert_over_budget(ctx.allocate_temp(1, 1), 1);
+}
+
+#[test]
+fn a_refusal_leaves_earlier_allocations_intact() {
+    let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(1 << 20)));
+    {
+        let ctx = KernelContext::new(&temp);
+        let a = fill(ctx.allocate_temp(30_000, 64).unwrap(), 1);
+        let b = fill(ctx.allocate_temp(20_000, 8).unwrap(), 2);
+        let err = ctx.allocate_temp(2 << 20, 64).unwrap_err();
+        let Error::BudgetExceeded { requested, held, limit } = err else {
+            panic!("expected BudgetExceeded, got {err}");
+        };
+        assert_eq!(limit, 1 << 20);
+        assert!(held + requested > limit, "{err}");
+        check(a, 1);
+        check(b, 2);
+        // Still usable after the refusal.
+        let c = fill(ctx.allocate_temp(1000, 64).unwrap(), 3);
+        check(a, 1);
+        check(c, 3);
+    }
+    temp.reset();
+    assert!(temp.stats().bytes_held <= 1 << 20);
+}
+
+#[test]
+fn free_regions_make_room_for_a_thread_that_outgrew_its_own() {
+    // (config, the main thread's first request, the worker's, the main
+    // thread's second, the limit). Under the limit the main thread's second
+    // request fits only once the exited worker's FREE region gives its
+    // memory back; without a limit, both regions keep theirs.
+    let k = 1 << 10;
+    let cases = [
+        (fast().reserve(None), 60 * k, 100 * k, 100 * k, 240 * k),
+        (fast().reserve(Some(256 * k)), 200 * k, 200 * k, 100 * k, 480 * k),
+    ];
+    for (config, first, worker, second, limit) in cases {
+        for limit in [Some(limit), None] {
+            let mut temp = CachingAllocator::with_config(config.max_bytes(limit));
+            fill(KernelContext::new(&temp).allocate_temp(first, 64).unwrap(), 1);
+            std::thread::scope(|s| {
+                s.spawn(|| KernelContext::new(&temp).allocate_temp(worker, 64).map(drop));
+            });
+            temp.reset();
+            converges(&mut temp, |temp| {
+                let ctx = KernelContext::new(temp);
+                fill(ctx.allocate_temp(first, 64).unwrap(), 1);
+                fill(ctx.allocate_temp(second, 64).unwrap(), 2);
+            });
+            let s = temp.stats();
+            // Without a limit: each region within a size class (12.5%) of
+            // what its thread used.
+            let used = first + worker + second;
+            let most = limit.unwrap_or(used + used / 8 + 2 * page());
+            assert!(s.bytes_held <= most, "{:?}, limit {limit:?}: {s}", config.reserve);
+        }
+    }
+}
+
+#[test]
+fn growing_in_place_takes_the_room_of_free_regions() {
+    // Mapped regions grow in place: giving back the exited worker's 200 KiB
+    // makes room for the main thread's 900 KiB in 1 MiB.
+    let k = 1 << 10;
+    let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(1024 * k)));
+    fill(KernelContext::new(&temp).allocate_temp(8 * k, 64).unwrap(), 1);
+    std::thread::scope(|s| {
+        s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(200 * k, 64).unwrap(), 2).len());
+    });
+    temp.reset();
+    let big = KernelContext::new(&temp).allocate_temp(900 * k, 64).map(|b| fill(b, 3).len());
+    assert_eq!(big, Ok(900 * k), "{}", temp.stats());
+}
+
+#[test]
+fn a_region_that_outgrew_its_reservation_takes_the_room_of_free_regions() {
+    // The main thread outgrows its 256 KiB reservation while two exited
+    // workers' FREE regions hold about 40 and 150 KiB: its next chunk fits
+    // the limit only once the larger of them gives its memory back.
+    let k = 1 << 10;
+    let config = fast().reserve(Some(256 * k)).min_block_size(64 * k);
+    let mut temp = CachingAllocator::with_config(config.max_bytes(Some(440 * k)));
+    fill(KernelContext::new(&temp).allocate_temp(200 * k, 64).unwrap(), 1);
+    let barrier = Barrier::new(2);
+    std::thread::scope(|s| {
+        for size in [40 * k, 150 * k] {
+            let (temp, barrier) = (&temp, &barrier);
+            s.spawn(move || {
+                let buf = KernelContext::new(temp).allocate_temp(size, 64);
+                barrier.wait();
+                fill(buf.unwrap(), 2).len()
+            });
+        }
+    });
+    temp.reset();
+    let ctx = KernelContext::new(&temp);
+    fill(ctx.allocate_temp(200 * k, 64).unwrap(), 1);
+    let second = ctx.allocate_temp(180 * k, 64).map(|buf| fill(buf, 3).len());
+    assert_eq!(second, Ok(180 * k), "{}", temp.stats());
+}
+
+#[test]
+fn a_probe_that_cannot_fit_strips_nothing() {
+    // A kernel probes for a workspace that giving back every FREE region
+    // could not make room for (far over the limit, or just under it), then
+    // a worker allocates. The probe is refused without stripping the
+    // worker's FREE region, so the worker takes no memory again every window.
+    let k = 1 << 10;
+    for (limit, probe) in [(1024 * k, 2048 * k), (600 * k, 596 * k)] {
+        for config in [fast(), fast().reserve(None)] {
+            let mut temp = CachingAllocator::with_config(config.max_bytes(Some(limit)));
+            converges(&mut temp, |temp| {
+                let ctx = KernelContext::new(temp);
+                fill(ctx.allocate_temp(8 * k, 64).unwrap(), 1);
+                assert_over_budget(ctx.allocate_temp(probe, 64), probe);
+                std::thread::scope(|s| {
+                    s.spawn(|| fill(KernelContext::new(temp).allocate_temp(100 * k, 64).unwrap(), 2).len());
+                });
+            });
+        }
+    }
+}
+
+#[test]
+fn a_leased_regions_memory_never_makes_room() {
+    // A worker takes 600 KiB and exits: its region stays leased, with its
+    // scratch live, until the reset. The main thread's 500 KiB cannot have
+    // that memory then; after the reset (the region FREE) it can.
+    let k = 1 << 10;
+    let (worker, request) = (scaled(600, 300) * k, scaled(500, 250) * k);
+    for config in [fast(), fast().reserve(None)] {
+        let mut temp = CachingAllocator::with_config(config.max_bytes(Some(scaled(1024, 512) * k)));
+        fill(KernelContext::new(&temp).allocate_temp(8 * k, 64).unwrap(), 1);
+        let kept = std::thread::scope(|s| {
+            s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(worker, 64).unwrap(), 2))
+                .join()
+                .unwrap()
+        });
+        assert_over_budget(KernelContext::new(&temp).allocate_temp(request, 64), request);
+        check(kept, 2);
+        assert_eq!(temp.stats().bytes_live, 8 * k + worker, "{:?}", config.reserve);
+        temp.reset();
+        let served = KernelContext::new(&temp).allocate_temp(request, 64).map(|b| fill(b, 3).len());
+        assert_eq!(served, Ok(request), "{:?}: {}", config.reserve, temp.stats());
+    }
+}
+
+#[test]
+fn under_a_shared_limit_free_regions_make_room() {
+    let k = 1 << 10;
+    let cache = Arc::new(BlockCache::with_limits(0, Some(200 * k)));
+    let config = fast().reserve(None).min_block_size(16 * k);
+    let mut x = CachingAllocator::with_cache(Arc::clone(&cache), config);
+    let y = CachingAllocator::with_cache(cache, config);
+    // The main thread outgrows its block; an exited worker leaves a 20 KiB
+    // FREE region.
+    let ctx = KernelContext::new(&x);
+    fill(ctx.allocate_temp(8 * k, 64).unwrap(), 1);
+    fill(ctx.allocate_temp(100 * k, 64).unwrap(), 2);
+    std::thread::scope(|s| {
+        s.spawn(|| KernelContext::new(&x).allocate_temp(20 * k, 64).map(drop));
+    });
+    x.reset();
+    // Another allocator on the cache leaves 20 KiB under the limit.
+    KernelContext::new(&y).allocate_temp(160 * k, 64).unwrap();
+    // 30 KiB fits only once the FREE region, too small for the request,
+    // gives its memory back.
+    let buf = KernelContext::new(&x).allocate_temp(30 * k, 64);
+    assert_eq!(fill(buf.unwrap(), 3).len(), 30 * k, "{}", x.stats());
+}
+
+#[test]
+fn the_caches_idle_memory_counts_as_room() {
+    // Another allocator released a reservation into the shared cache
+    // (committed, idle). The cache refuses the main thread's 300 KiB with
+    // the idle bytes still in its count; with them and the worker's FREE
+    // region given back, it fits.
+    let k = 1 << 10;
+    let cache = Arc::new(BlockCache::with_limits(1 << 20, Some(340 * k)));
+    let mut x = CachingAllocator::with_cache(Arc::clone(&cache), fast().reserve(Some(256 * k)));
+    let mut y = CachingAllocator::with_cache(Arc::clone(&cache), fast().reserve(Some(400 * k)));
+    std::thread::scope(|s| {
+        s.spawn(|| fill(KernelContext::new(&x).allocate_temp(150 * k, 64).unwrap(), 1).len());
+    });
+    x.reset();
+    fill(KernelContext::new(&y).allocate_temp(10 * k, 64).unwrap(), 2);
+    y.release();
+    let big = KernelContext::new(&x).allocate_temp(300 * k, 64).map(|b| fill(b, 3).len());
+    assert_eq!(big, Ok(300 * k), "{}; cache: {}", x.stats(), cache.stats());
+}
+
+#[test]
+fn a_shared_cache_frees_idle_memory_before_refusing() {
+    let cache = Arc::new(BlockCache::with_limits(8 << 20, Some(1 << 20)));
+    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), fast());
+    KernelContext::new(&a).allocate_temp(600 << 10, 64).unwrap();
+    a.release();
+    assert!(cache.idle_bytes() >= 600 << 10);
+    // 800 KiB does not fit beside the idle 600 KiB: the idle memory goes.
+    let b = CachingAllocator::with_cache(Arc::clone(&cache), fast());
+    KernelContext::new(&b).allocate_temp(800 << 10, 64).unwrap();
+    assert_eq!(cache.idle_bytes(), 0);
+    // Nothing idle is left to free, so this one is refused.
+    let err = KernelContext::new(&a).allocate_temp(800 << 10, 64).unwrap_err();
+    assert!(matches!(err, Error::BudgetExceeded { limit, .. } if limit == 1 << 20), "{err}");
+}
+
+#[test]
+fn the_dedicated_threshold_is_the_same_on_every_path() {
+    for debug_checks in [false, true] {
+        let config = fast().debug_checks(debug_checks).dedicated_threshold(Some(8 << 10));
+        let mut temp = CachingAllocator::with_config(config);
+        // Warm the region so the request would fit in it.
+        KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
+        let before = temp.stats();
+        let big = fill(KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(), 3);
+        check(big, 3);
+        let during = temp.stats();
+        // Its own memory, taken for it...
+        assert_eq!(
+            during.system_allocations,
+            before.system_allocations + 1,
+            "checks {debug_checks}: {during}"
+        );
+        temp.reset();
+        // ...and given back at the reset.
+        let after = temp.stats();
+        assert!(after.system_frees > during.system_frees, "checks {debug_checks}: {after}");
+        assert!(after.bytes_held < during.bytes_held, "checks {debug_checks}: {after}");
+    }
+}
+
+#[test]
+fn dedicated_memory_is_given_back_at_reset_and_reused_from_the_idle_budget() {
+    let size = scaled(3 << 20, 96 << 10);
+    let config = fast().dedicated_threshold(Some(size / 2));
+    let cache = Arc::new(BlockCache::with_idle_budget(64 << 20));
+    let mut temp = CachingAllocator::with_cache(cache, config);
+    for _ in 0..5 {
+        {
+            let ctx = KernelContext::new(&temp);
+            let big = fill(ctx.allocate_temp(size, 4096).unwrap(), 7);
+            let small = fill(ctx.allocate_temp(1000, 64).unwrap(), 8);
+            assert_eq!(addr(big) % 4096, 0);
+            check(big, 7);
+            check(small, 8);
+        }
+        temp.reset();
+    }
+    let s = temp.stats();
+    // The dedicated chunk and the region, each taken from the system once.
+    assert_eq!(s.system_allocations, 2, "{s}");
+    assert_eq!(s.cache_hits, 4, "{s}");
+    assert_eq!(s.high_water, size + 1000);
 }
 
 #[test]

@@ -29,15 +29,17 @@ with_std! {
     mod bad_input;
     mod budget;
     mod bump;
-    mod caching;
     mod capi;
     mod capi_checks;
     mod capi_docs;
+    mod checkpoints;
     mod context;
     mod debug_checks;
     mod errors;
     mod exact_size_cache;
+    mod fallback;
     mod faults;
+    mod footprint;
     mod hashbrown_map;
     mod leaks;
     mod malloc;
@@ -45,10 +47,11 @@ with_std! {
     mod plan;
     mod recording;
     mod refusals;
-    mod regions;
+    mod scenarios;
     mod sessions;
     mod stress;
     mod testing;
+    mod threads;
     mod trace;
     mod vec_in;
 }

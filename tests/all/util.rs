@@ -15,16 +15,6 @@ pub fn page() -> usize {
     tempalloc::testing::page_size()
 }
 
-/// How much to scale the sizes of a test whose arithmetic was worked out
-/// for pages up to 16 KiB: by the page over 16 KiB at larger pages, so
-/// every block spans as many pages as it does at 16 KiB (where growth steps
-/// are a page and size classes scale with the page, so the arithmetic is
-/// the same), and 1 otherwise.
-#[cfg(feature = "std")]
-pub fn scale() -> usize {
-    (page() / (16 << 10)).max(1)
-}
-
 /// A request no system can serve: a quarter of the address space (1 << 62
 /// on 64-bit targets, 1 << 30 on 32-bit ones).
 pub const HUGE: usize = 1 << (usize::BITS - 2);
