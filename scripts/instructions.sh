@@ -7,8 +7,8 @@
 #   bash scripts/instructions.sh            # needs valgrind
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --example replay --quiet
-bin=target/release/examples/replay
+cargo build --release --features cli --bin tempalloc-replay --quiet
+bin=target/release/tempalloc-replay
 runs=4 # one warm-up pass and --repeat 3 timed passes, all inside Trace::run
 printf '%-8s %-18s %14s %10s\n' trace allocator instructions per-request
 for trace in steady decode mixed; do

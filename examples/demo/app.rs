@@ -12,7 +12,7 @@ use crate::kernels::sample::Sampling;
 use crate::kernels::sdpa::SdpaPlan;
 use crate::model::{Config, Model, Weights};
 use crate::rng::Rng;
-use crate::{allocators, child, cli, plot, report};
+use crate::{allocators, child, cli, plot, prewarm, report};
 use tempalloc::Rewind;
 
 use crate::runtime::{Run, StepError, generate, worker_pool};
@@ -99,7 +99,7 @@ pub fn main(system: SystemAllocator) -> ExitCode {
     let tokens = args.tokens.unwrap_or(64);
     allocators::CACHING_HUGE_PAGES.store(args.huge_pages, std::sync::atomic::Ordering::Relaxed);
     let result = match &args.child {
-        Some(name) => run_child(name, &config, tokens),
+        Some(name) => run_child(name, &config, tokens, args.prewarm),
         None => run_parent(&args, system, &config, tokens),
     };
     match result {
@@ -111,8 +111,10 @@ pub fn main(system: SystemAllocator) -> ExitCode {
     }
 }
 
-/// A child: generates with the allocator `name` and prints its report.
-fn run_child(name: &str, config: &Config, tokens: usize) -> Result<(), String> {
+/// A child: generates with the allocator `name` (or prewarms first, for
+/// [`prewarm::ROW`]) and prints its report; with `probe`, finds where the
+/// first inference's page faults were.
+fn run_child(name: &str, config: &Config, tokens: usize, probe: bool) -> Result<(), String> {
     let workers = config.attention.workers;
     // Once, before any timed step: kernels reuse these threads on every call.
     let pool = worker_pool(workers)
@@ -123,12 +125,17 @@ fn run_child(name: &str, config: &Config, tokens: usize) -> Result<(), String> {
         weights: &weights,
         pool: &pool,
     };
-    let runs = generate_each(&model, &prompt(config), tokens, Some(name))
-        .map_err(|(name, error)| format!("{name}: {error}"))?;
-    let run = runs
-        .first()
-        .ok_or_else(|| format!("unknown allocator {name:?}"))?;
-    child::print_report(run);
+    let prompt = prompt(config);
+    let run = if name == prewarm::ROW {
+        prewarm::run(&model, &prompt, tokens, probe)?
+    } else {
+        generate_each(&model, &prompt, tokens, Some(name), probe)
+            .map_err(|(name, error)| format!("{name}: {error}"))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("unknown allocator {name:?}"))?
+    };
+    child::print_report(&run);
     Ok(())
 }
 
@@ -207,6 +214,14 @@ fn run_parent(
             "each allocator in a process of its own, {rounds} rounds in rotated order, medians; malloc is mimalloc"
         ),
     }
+    if args.prewarm {
+        rows.push(Row {
+            label: prewarm::ROW,
+            exe: exe.clone(),
+            env: Vec::new(),
+            allocator: prewarm::ROW,
+        });
+    }
 
     let child_args = args.for_child();
     let mut runs: Vec<Vec<Run>> = rows.iter().map(|_| Vec::with_capacity(rounds)).collect();
@@ -232,6 +247,9 @@ fn run_parent(
     let names: Vec<&str> = rows.iter().map(|r| r.label).collect();
     if let Some(reference) = allocators::reference(&names) {
         report::print_summary(&runs, reference);
+    }
+    if args.prewarm {
+        report::print_first_inference(&runs, config);
     }
 
     if let Some(path) = &args.plot {
@@ -307,12 +325,14 @@ fn generate_each(
     prompt: &[u32],
     tokens: usize,
     only: Option<&str>,
+    probe: bool,
 ) -> Result<Vec<Run>, (&'static str, StepError)> {
     let mut generate = Generate {
         model,
         prompt,
         tokens,
         only,
+        probe,
         runs: Vec::with_capacity(allocators::ALLOCATORS.len()),
     };
     allocators::each(&mut generate)?;
@@ -325,6 +345,7 @@ struct Generate<'a> {
     prompt: &'a [u32],
     tokens: usize,
     only: Option<&'a str>,
+    probe: bool,
     runs: Vec<Run>,
 }
 
@@ -335,7 +356,7 @@ impl allocators::Each for Generate<'_> {
         if self.only.is_some_and(|only| only != name) {
             return Ok(());
         }
-        let run = generate(name, temp, self.model, self.prompt, self.tokens)
+        let run = generate(name, temp, self.model, self.prompt, self.tokens, self.probe)
             .map_err(|error| (name, error))?;
         self.runs.push(run);
         Ok(())
@@ -364,32 +385,40 @@ fn check_same_tokens<'a>(runs: impl IntoIterator<Item = &'a Run>) -> Result<(), 
     Ok(())
 }
 
+/// Runs `test` with a tiny model of `args`'s sizes on a pool of 2 threads,
+/// in a thread of its own: `worker_pool` makes its caller thread 0 of the
+/// pool, and a thread can join only one pool.
+#[cfg(test)]
+pub fn with_tiny_model(args: Args, test: impl FnOnce(&Model, &[u32]) + Send + 'static) {
+    std::thread::spawn(move || {
+        let pool = worker_pool(2).expect("threads start");
+        let config = tiny(2, &Args { tiny: true, ..args });
+        let weights = Weights::random(&config);
+        let model = Model {
+            config,
+            weights: &weights,
+            pool: &pool,
+        };
+        test(&model, &prompt(&config));
+    })
+    .join()
+    .expect("the test thread passes");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_allocator_generates_the_same_tokens_in_frames() {
-        // A thread of its own: `worker_pool` makes its caller thread 0 of the
-        // pool, and a thread can join only one pool.
-        std::thread::spawn(|| {
-            let args = Args {
-                context: Some(6),
-                tokens: Some(3),
-                layers: Some(1),
-                chunk: Some(4),
-                tiny: true,
-                ..Args::default()
-            };
-            let pool = worker_pool(2).expect("threads start");
-            let config = tiny(2, &args);
-            let weights = Weights::random(&config);
-            let model = Model {
-                config,
-                weights: &weights,
-                pool: &pool,
-            };
-            let runs = generate_each(&model, &prompt(&config), 3, None).expect("every run");
+        let args = Args {
+            context: Some(6),
+            layers: Some(1),
+            chunk: Some(4),
+            ..Args::default()
+        };
+        with_tiny_model(args, |model, prompt| {
+            let runs = generate_each(model, prompt, 3, None, false).expect("every run");
             assert_eq!(runs.len(), allocators::ALLOCATORS.len());
             assert_eq!(check_same_tokens(&runs), Ok(()));
             let mut changed = runs[1].tokens.clone();
@@ -397,6 +426,7 @@ mod tests {
             let other = Run {
                 tokens: changed,
                 steps: Vec::new(),
+                prewarm: None,
                 ..runs[1]
             };
             let err = check_same_tokens([&runs[0], &other]).expect_err("tokens differ");
@@ -408,8 +438,6 @@ mod tests {
                 assert!(run.peak_live > 0, "{}", run.name);
                 assert!(run.peak_held >= run.peak_live, "{}", run.name);
             }
-        })
-        .join()
-        .expect("the test thread passes");
+        });
     }
 }

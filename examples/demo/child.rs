@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::runtime::{Run, Step};
+use crate::runtime::{FirstInference, PrewarmCost, Run, Step};
 
 /// Starts the line that carries the report, so that nothing else a child
 /// prints on stdout can be taken for it.
@@ -32,7 +32,8 @@ fn report_json(run: &Run) -> Value {
                 s.alloc_ns,
                 s.faults,
                 s.system_allocations,
-                s.cpu_ms
+                s.cpu_ms,
+                s.allocator_system_allocations
             ])
         })
         .collect();
@@ -45,6 +46,15 @@ fn report_json(run: &Run) -> Value {
         "peak_live": run.peak_live,
         "rss_before": run.rss_before,
         "peak_rss": run.peak_rss,
+        "first": run.first.map(|f| json!([f.call_faults, f.cold_pages, f.kv_pages, f.check_faults])),
+        "prewarm": run.prewarm.as_ref().map(|p| json!({
+            "record_s": p.record_s,
+            "regions": p.regions,
+            "threads": p.threads,
+            "ms": p.ms,
+            "faults": p.faults,
+            "system_allocations": p.system_allocations,
+        })),
     })
 }
 
@@ -97,6 +107,7 @@ fn parse_report(name: &'static str, stdout: &str) -> Result<Run, String> {
                 faults: s[3].as_u64(),
                 system_allocations: s[4].as_u64()?,
                 cpu_ms: s[5].as_f64(),
+                allocator_system_allocations: s[6].as_u64()?,
             })
         })
         .collect::<Option<Vec<_>>>()
@@ -118,7 +129,41 @@ fn parse_report(name: &'static str, stdout: &str) -> Result<Run, String> {
         peak_live: uint("peak_live")? as usize,
         rss_before: v["rss_before"].as_u64(),
         peak_rss: v["peak_rss"].as_u64(),
+        first: optional(&v["first"], |f| {
+            Some(FirstInference {
+                call_faults: f[0].as_u64()?,
+                cold_pages: f[1].as_u64()?,
+                kv_pages: f[2].as_u64()?,
+                check_faults: f[3].as_u64()?,
+            })
+        })
+        .ok_or_else(|| bad("first"))?,
+        prewarm: optional(&v["prewarm"], |p| {
+            Some(PrewarmCost {
+                record_s: p["record_s"].as_f64()?,
+                regions: p["regions"]
+                    .as_array()?
+                    .iter()
+                    .map(|r| r.as_u64().map(|r| r as usize))
+                    .collect::<Option<_>>()?,
+                threads: p["threads"].as_u64()? as usize,
+                ms: p["ms"].as_f64()?,
+                faults: p["faults"].as_u64(),
+                system_allocations: p["system_allocations"].as_u64()?,
+            })
+        })
+        .ok_or_else(|| bad("prewarm"))?,
     })
+}
+
+/// `None` for `null`, else what `read` makes of `value` (`None` inside if
+/// it cannot): `None` means a bad field.
+fn optional<T>(value: &Value, read: impl FnOnce(&Value) -> Option<T>) -> Option<Option<T>> {
+    if value.is_null() {
+        Some(None)
+    } else {
+        read(value).map(Some)
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +179,7 @@ mod tests {
             alloc_ns: 250.0,
             faults,
             system_allocations: 3,
+            allocator_system_allocations: kv_len as u64 - 4,
         };
         let run = Run {
             name: "caching",
@@ -145,6 +191,20 @@ mod tests {
             peak_live: 4000,
             rss_before: Some(1 << 30),
             peak_rss: None,
+            first: Some(FirstInference {
+                call_faults: 1,
+                cold_pages: 20,
+                kv_pages: 300,
+                check_faults: 4000,
+            }),
+            prewarm: Some(PrewarmCost {
+                record_s: 1.25,
+                regions: vec![1 << 24, 4096],
+                threads: 2,
+                ms: 7.5,
+                faults: None,
+                system_allocations: 2,
+            }),
         };
         let steps = |r: &Run| {
             r.steps
@@ -157,6 +217,7 @@ mod tests {
                         s.faults,
                         s.system_allocations,
                         s.cpu_ms,
+                        s.allocator_system_allocations,
                     )
                 })
                 .collect::<Vec<_>>()
@@ -175,6 +236,16 @@ mod tests {
             (1, 12, 4096, 4000)
         );
         assert_eq!((back.rss_before, back.peak_rss), (Some(1 << 30), None));
+        assert_eq!((back.first, &back.prewarm), (run.first, &run.prewarm));
+        // A run without them reads back without them.
+        let plain = Run {
+            first: None,
+            prewarm: None,
+            ..run
+        };
+        let back = parse_report("caching", &format!("{PREFIX}{}", report_json(&plain)));
+        let back = back.expect("parses");
+        assert_eq!((back.first, back.prewarm), (None, None));
         assert!(parse_report("caching", "no report\n").is_err());
         assert!(parse_report("caching", &format!("{PREFIX}{{\"tokens\": 1}}")).is_err());
     }

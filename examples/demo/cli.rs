@@ -13,6 +13,11 @@ usage: cargo run --release --example demo -- [OPTIONS]
   --threads N      kernel worker threads (default: every core)
   --huge-pages     caching asks for transparent huge pages on its regions
                    (CachingConfig::huge_pages; Linux)
+  --prewarm        add a caching+prewarm row: its child records the
+                   prefill, plans it (Trace::plan) and prewarms a fresh
+                   prefaulting allocator (CachingAllocator::prewarm)
+                   before the measured run; then show where each row's
+                   first-inference page faults were
   --rounds R       run every allocator R times, in a rotated order each
                    round, and report medians (default 3)
   --plot FILE.svg  draw the allocator's share of each step's time against
@@ -30,6 +35,7 @@ pub struct Args {
     pub chunk: Option<usize>,
     pub tiny: bool,
     pub huge_pages: bool,
+    pub prewarm: bool,
     pub threads: Option<usize>,
     pub rounds: Option<usize>,
     pub plot: Option<PathBuf>,
@@ -66,6 +72,7 @@ impl Args {
                 "--chunk" => parsed.chunk = positive()?,
                 "--tiny" => parsed.tiny = true,
                 "--huge-pages" => parsed.huge_pages = true,
+                "--prewarm" => parsed.prewarm = true,
                 "--threads" => parsed.threads = positive()?,
                 "--rounds" => parsed.rounds = positive()?,
                 "--plot" => parsed.plot = Some(PathBuf::from(value()?)),
@@ -99,6 +106,10 @@ impl Args {
         if self.huge_pages {
             args.push("--huge-pages".to_owned());
         }
+        // Every child then finds where its first inference's faults were.
+        if self.prewarm {
+            args.push("--prewarm".to_owned());
+        }
         args
     }
 }
@@ -121,6 +132,7 @@ mod tests {
             chunk: Some(8),
             tiny: true,
             huge_pages: true,
+            prewarm: true,
             threads: Some(3),
             rounds: Some(2),
             plot: Some("t.svg".into()),
@@ -137,6 +149,7 @@ mod tests {
             "8",
             "--tiny",
             "--huge-pages",
+            "--prewarm",
             "--threads",
             "3",
             "--rounds",
@@ -151,7 +164,7 @@ mod tests {
         let child = args.for_child();
         assert_eq!(
             child.join(" "),
-            "--context 64 --tokens 9 --layers 16 --chunk 8 --threads 3 --tiny --huge-pages"
+            "--context 64 --tokens 9 --layers 16 --chunk 8 --threads 3 --tiny --huge-pages --prewarm"
         );
         let reparsed = parse(&child.iter().map(String::as_str).collect::<Vec<_>>());
         let expected = Args {

@@ -25,6 +25,7 @@ mod model;
 #[path = "../../src/trace/numbers.rs"]
 mod numbers;
 mod plot;
+mod prewarm;
 mod process;
 mod reference;
 mod report;

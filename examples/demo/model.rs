@@ -16,9 +16,9 @@ use tempalloc::{Error, Frame, Rewind};
 use crate::kernels::quantize::{QuantMatrix, qlinear, quantize_rows};
 use crate::kernels::sample::{Sampling, sample_top_k};
 use crate::kernels::sdpa::{AttentionShape, CacheInputs, QuantRows, SdpaPlan, sdpa_int8};
-use crate::reference;
 use crate::rng::Rng;
 use crate::runtime::{StepError, run_kernel};
+use crate::{process, reference};
 
 /// The model's sizes and the generation settings.
 #[derive(Debug, Clone, Copy)]
@@ -145,6 +145,9 @@ pub struct State {
     cache: Vec<LayerCache>,
     /// Positions in the cache.
     len: usize,
+    /// Minor page faults the process took in the checks against the naive
+    /// reference (the demo's, not a runtime's: its buffers are `Vec`s).
+    pub check_faults: Option<u64>,
 }
 
 impl State {
@@ -155,12 +158,26 @@ impl State {
                 .map(|_| LayerCache::new(config, positions))
                 .collect(),
             len: 0,
+            check_faults: Some(0),
         }
     }
 
     /// Positions in the KV cache.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Pages of the KV cache's buffers (their whole capacity) not resident
+    /// yet: what appending positions will fault in. `None` where unknown.
+    pub fn cold_pages(&self) -> Option<u64> {
+        fn cold<T>(v: &Vec<T>) -> Option<u64> {
+            let bytes = v.capacity() * size_of::<T>();
+            process::cold_pages(v.as_ptr().cast(), bytes)
+        }
+        self.cache
+            .iter()
+            .map(|c| Some(cold(&c.k)? + cold(&c.k_scales)? + cold(&c.v)? + cold(&c.v_scales)?))
+            .sum()
     }
 }
 
@@ -278,6 +295,7 @@ impl Model<'_> {
                 sdpa_int8(ctx, pool, config.attention, inputs, a.attn)
             })?;
             if check && l == 0 {
+                let faults = process::minor_faults();
                 let dim = config.head_dim;
                 let keys = dequantized(&cache.k, &cache.k_scales, dim);
                 let values = dequantized(&cache.v, &cache.v_scales, dim);
@@ -286,6 +304,8 @@ impl Model<'_> {
                 if max_diff > ATTENTION_TOLERANCE {
                     return Err(StepError::Mismatch { max_diff });
                 }
+                let taken = process::minor_faults().zip(faults).map(|(a, b)| a - b);
+                state.check_faults = state.check_faults.zip(taken).map(|(a, b)| a + b);
             }
 
             run_kernel(inf, "attn_out", |ctx| {

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 
 use crate::runtime::Run;
 
-const COLORS: [RGBColor; 5] = [BLUE, RED, GREEN, MAGENTA, BLACK];
+const COLORS: [RGBColor; 6] = [BLUE, RED, GREEN, MAGENTA, BLACK, CYAN];
 
 /// Every step of every run: the prefill chunks, then the decode tokens.
 pub fn write_svg(path: &Path, runs: &[&Run]) -> Result<(), Box<dyn Error>> {

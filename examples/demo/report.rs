@@ -1,8 +1,9 @@
 //! The table the demo prints, one row per allocator (medians over the
 //! rounds), and the closing lines that set each allocator against caching.
 
+use crate::model::Config;
 use crate::numbers::median;
-use crate::runtime::{Run, Step};
+use crate::runtime::{FirstInference, PrewarmCost, Run, Step};
 
 /// What one run measured (docs/demo.md explains each): over the decode
 /// steps (one token each) unless said otherwise.
@@ -67,12 +68,7 @@ impl Figures {
     pub fn median_of(runs: &[Run]) -> Self {
         let all: Vec<Figures> = runs.iter().map(Figures::of).collect();
         let m = |f: fn(&Figures) -> f64| median(&mut all.iter().map(f).collect::<Vec<_>>());
-        let m_opt = |f: fn(&Figures) -> Option<f64>| {
-            all.iter()
-                .map(f)
-                .collect::<Option<Vec<_>>>()
-                .map(|mut v| median(&mut v))
-        };
+        let m_opt = |f: fn(&Figures) -> Option<f64>| median_opt(all.iter().map(f));
         Figures {
             ms_per_token: m(|f| f.ms_per_token),
             cpu_ms_per_token: m_opt(|f| f.cpu_ms_per_token),
@@ -163,6 +159,155 @@ pub fn print_summary(rows: &[Vec<Run>], reference: usize) {
     }
 }
 
+/// The first inference (the prefill) of one run (`--prewarm`): time, page
+/// faults and where they were, and the allocator's own system allocations.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FirstFigures {
+    pub seconds: f64,
+    pub cpu_s: Option<f64>,
+    /// The process's minor faults, then those in the allocator's calls, on
+    /// scratch it handed out cold, on the KV cache, in the reference check,
+    /// and the rest.
+    pub faults: Option<f64>,
+    pub in_calls: Option<f64>,
+    pub cold_scratch: Option<f64>,
+    pub kv_cache: Option<f64>,
+    pub check: Option<f64>,
+    pub elsewhere: Option<f64>,
+    pub allocator_system_allocations: f64,
+}
+
+impl FirstFigures {
+    pub fn of(run: &Run) -> Self {
+        let prefill = &run.steps[..run.prefill_steps];
+        let faults = total(prefill, |s| s.faults);
+        let first = run.first.as_ref();
+        let count = |f: fn(&FirstInference) -> u64| first.map(|x| f(x) as f64);
+        FirstFigures {
+            seconds: prefill.iter().map(|s| s.ms).sum::<f64>() / 1e3,
+            cpu_s: prefill
+                .iter()
+                .map(|s| s.cpu_ms)
+                .sum::<Option<f64>>()
+                .map(|ms| ms / 1e3),
+            faults: faults.map(|f| f as f64),
+            in_calls: count(|f| f.call_faults),
+            cold_scratch: count(|f| f.cold_pages),
+            kv_cache: count(|f| f.kv_pages),
+            check: count(|f| f.check_faults),
+            elsewhere: first.zip(faults).map(|(f, all)| {
+                all as f64 - (f.scratch_faults() + f.kv_pages + f.check_faults) as f64
+            }),
+            allocator_system_allocations: prefill
+                .iter()
+                .map(|s| s.allocator_system_allocations)
+                .sum::<u64>() as f64,
+        }
+    }
+
+    /// Each figure's median over `runs` (one row's rounds).
+    pub fn median_of(runs: &[Run]) -> Self {
+        let all: Vec<FirstFigures> = runs.iter().map(FirstFigures::of).collect();
+        let m = |f: fn(&FirstFigures) -> Option<f64>| median_opt(all.iter().map(f));
+        FirstFigures {
+            seconds: median(&mut all.iter().map(|f| f.seconds).collect::<Vec<_>>()),
+            cpu_s: m(|f| f.cpu_s),
+            faults: m(|f| f.faults),
+            in_calls: m(|f| f.in_calls),
+            cold_scratch: m(|f| f.cold_scratch),
+            kv_cache: m(|f| f.kv_cache),
+            check: m(|f| f.check),
+            elsewhere: m(|f| f.elsewhere),
+            allocator_system_allocations: median(
+                &mut all
+                    .iter()
+                    .map(|f| f.allocator_system_allocations)
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    }
+}
+
+/// The median of `values`, if every one is known.
+fn median_opt(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    values
+        .collect::<Option<Vec<_>>>()
+        .map(|mut v| median(&mut v))
+}
+
+/// The first inference (the prefill) of each row, medians over the rounds
+/// (`--prewarm`), then what prewarming cost the row that prewarmed.
+pub fn print_first_inference(rows: &[Vec<Run>], config: &Config) {
+    println!(
+        "first inference ({} prompt tokens in chunks of {}), medians; its page faults: all, in the allocator's calls, on scratch it handed out cold, on the KV cache, in the check against the reference, elsewhere",
+        config.prompt_len, config.chunk
+    );
+    println!(
+        "{:<17} {:>9} {:>7} {:>8} {:>9} {:>12} {:>9} {:>6} {:>9} {:>17}",
+        "allocator",
+        "prefill s",
+        "cpu s",
+        "faults",
+        "in calls",
+        "cold scratch",
+        "KV cache",
+        "check",
+        "elsewhere",
+        "alloc sys allocs"
+    );
+    for runs in rows {
+        let f = FirstFigures::median_of(runs);
+        println!(
+            "{:<17} {:>9.2} {:>7} {:>8} {:>9} {:>12} {:>9} {:>6} {:>9} {:>17.0}",
+            runs[0].name,
+            f.seconds,
+            or_dash(f.cpu_s, 2),
+            or_dash(f.faults, 0),
+            or_dash(f.in_calls, 0),
+            or_dash(f.cold_scratch, 0),
+            or_dash(f.kv_cache, 0),
+            or_dash(f.check, 0),
+            or_dash(f.elsewhere, 0),
+            f.allocator_system_allocations,
+        );
+    }
+    for runs in rows {
+        if let Some(cost) = runs[0].prewarm.as_ref() {
+            print_prewarm_cost(runs[0].name, cost, runs);
+        }
+    }
+}
+
+/// What prewarming cost `name`'s child before its first inference: the
+/// plan from the first round, the times and counts medians over `runs`.
+fn print_prewarm_cost(name: &str, plan: &PrewarmCost, runs: &[Run]) {
+    let costs = || runs.iter().filter_map(|r| r.prewarm.as_ref());
+    let m = |f: fn(&PrewarmCost) -> f64| median(&mut costs().map(f).collect::<Vec<_>>());
+    let regions: Vec<String> = plan
+        .regions
+        .iter()
+        .map(|&b| format!("{:.1}", b as f64 / MIB))
+        .collect();
+    let who = match plan.threads {
+        1 => {
+            "only the main thread allocated: it carves the activations and every kernel's scratch, \
+              the workers' tiles included, before the workers split the work"
+                .to_owned()
+        }
+        n => format!("{n} threads allocated; the first to allocate takes the largest"),
+    };
+    println!(
+        "{name}: before the first inference, recorded the prefill ({:.2} s), planned {} region(s) of {} MiB ({who}), \
+         and prewarmed with prefault in {:.1} ms (page faults: {}, system allocations: {:.0})",
+        m(|p| p.record_s),
+        regions.len(),
+        regions.join(" + "),
+        m(|p| p.ms),
+        or_dash(median_opt(costs().map(|p| p.faults.map(|f| f as f64))), 0),
+        m(|p| p.system_allocations as f64),
+    );
+}
+
 /// The sum of `field` over `steps`, if every step has it.
 fn total(steps: &[Step], field: impl Fn(&Step) -> Option<u64>) -> Option<u64> {
     steps.iter().map(field).sum()
@@ -193,6 +338,7 @@ mod tests {
             alloc_ns: 1000.0,
             faults: Some(faults),
             system_allocations: 2,
+            allocator_system_allocations: 1,
         };
         Run {
             name: "x",
@@ -204,6 +350,7 @@ mod tests {
             peak_live: 100,
             rss_before: Some(1 << 20),
             peak_rss: Some(peak_rss << 20),
+            ..Run::default()
         }
     }
 
@@ -227,5 +374,34 @@ mod tests {
         let mut unknown = run(5.0, 2, 20);
         unknown.peak_rss = None;
         assert_eq!(Figures::median_of(&[unknown]).peak_rss_mib, None);
+    }
+
+    #[test]
+    fn the_first_inference_s_faults_are_split_by_where_they_were() {
+        // A prefill of one step: 100 ms and 6 faults.
+        let mut r = run(4.0, 6, 10);
+        assert_eq!(FirstFigures::of(&r).in_calls, None, "not probed");
+        r.first = Some(FirstInference {
+            call_faults: 1,
+            cold_pages: 2,
+            kv_pages: 1,
+            check_faults: 1,
+        });
+        let f = FirstFigures::of(&r);
+        assert_eq!((f.seconds, f.cpu_s, f.faults), (0.1, Some(0.2), Some(6.0)));
+        assert_eq!(
+            (f.in_calls, f.cold_scratch, f.kv_cache),
+            (Some(1.0), Some(2.0), Some(1.0))
+        );
+        assert_eq!(f.check, Some(1.0));
+        assert_eq!(
+            (f.elsewhere, f.allocator_system_allocations),
+            (Some(1.0), 1.0)
+        );
+        // Over rounds, each figure's median; one unprobed round hides the split.
+        let mut other = run(4.0, 20, 10);
+        other.first = r.first;
+        let m = FirstFigures::median_of(&[run(4.0, 2, 10), r, other]);
+        assert_eq!((m.faults, m.in_calls), (Some(6.0), None));
     }
 }

@@ -7,7 +7,7 @@
 use std::alloc::Layout;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -16,7 +16,7 @@ use tempalloc::{Error, Frame, KernelContext, Rewind, Stats, TempAllocator};
 
 use crate::counting;
 use crate::model::{Model, State};
-use crate::process::{self, cpu_ms, minor_faults};
+use crate::process::{self, cold_pages, cpu_ms, minor_faults, thread_minor_faults};
 use crate::rng::Rng;
 
 /// Why a generation step stopped.
@@ -93,9 +93,55 @@ pub struct Step {
     pub faults: Option<u64>,
     /// Calls into the system allocator during the step, process-wide.
     pub system_allocations: u64,
+    /// System allocations the temp allocator made during the step: its own
+    /// `Stats::system_allocations` (for caching, new chunks and commits).
+    pub allocator_system_allocations: u64,
+}
+
+/// Where the first inference's page faults were, measured when asked
+/// (`--prewarm`) and known (Linux).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FirstInference {
+    /// Minor faults the calling thread took inside the temp allocator's
+    /// calls (a prefaulting allocator touches what it commits there).
+    pub call_faults: u64,
+    /// Pages of the scratch the allocator handed out that were not resident
+    /// when handed out (`mincore`): each faults when a kernel first writes
+    /// it. A page handed out twice before anything touched it counts twice.
+    pub cold_pages: u64,
+    /// Pages of the KV cache (the model's own buffers, not scratch) that
+    /// became resident during the first inference.
+    pub kv_pages: u64,
+    /// Minor faults in the first step's check against the naive reference.
+    pub check_faults: u64,
+}
+
+impl FirstInference {
+    /// Page faults in the allocator's memory: in its calls, or on scratch it
+    /// handed out cold.
+    pub fn scratch_faults(&self) -> u64 {
+        self.call_faults + self.cold_pages
+    }
+}
+
+/// What prewarming cost, before the first inference (`--prewarm`'s row).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PrewarmCost {
+    /// Recording the prefill (a run of its own, untimed in the table).
+    pub record_s: f64,
+    /// The plan's regions, in bytes, largest first.
+    pub regions: Vec<usize>,
+    /// How many threads allocated in the recorded run.
+    pub threads: usize,
+    /// `CachingAllocator::prewarm`: time, the process's minor faults and
+    /// the allocator's system allocations.
+    pub ms: f64,
+    pub faults: Option<u64>,
+    pub system_allocations: u64,
 }
 
 /// What one allocator's generation measured.
+#[derive(Default)]
 pub struct Run {
     pub name: &'static str,
     pub tokens: Vec<u32>,
@@ -114,6 +160,10 @@ pub struct Run {
     /// allocator runs in a process of its own, so these are its own.
     pub rss_before: Option<u64>,
     pub peak_rss: Option<u64>,
+    /// Where the first inference's faults were, when probed.
+    pub first: Option<FirstInference>,
+    /// What prewarming cost (the `caching+prewarm` row).
+    pub prewarm: Option<PrewarmCost>,
 }
 
 impl Run {
@@ -126,16 +176,19 @@ impl Run {
 const SAMPLING_STREAM: u64 = 0x5A3D_1E5E_ED00_0001;
 
 /// Prefills `prompt` in chunks, then generates until `count` tokens (the
-/// prefill's included) with scratch from `temp`, timing every step.
+/// prefill's included) with scratch from `temp`, timing every step. With
+/// `probe`, also finds where the prefill's page faults were ([`Run::first`]).
 pub fn generate<A: Rewind>(
     name: &'static str,
     temp: A,
     model: &Model,
     prompt: &[u32],
     count: usize,
+    probe: bool,
 ) -> Result<Run, StepError> {
     let mut temp = Timed::new(temp);
     let mut state = State::new(&model.config, prompt.len() + count);
+    let kv_before = probe.then(|| state.cold_pages()).flatten();
     let mut rng = Rng::new(model.config.seed ^ SAMPLING_STREAM);
     let chunks = prompt.chunks(model.config.chunk.max(1));
     let prefill_steps = chunks.len();
@@ -148,7 +201,7 @@ pub fn generate<A: Rewind>(
         peak_held: 0,
         peak_live: 0,
         rss_before: process::rss(),
-        peak_rss: None,
+        ..Run::default()
     };
     let bar = progress_bar(name, prefill_steps + count - 1);
     let mut inputs = chunks.collect::<Vec<_>>().into_iter();
@@ -159,6 +212,8 @@ pub fn generate<A: Rewind>(
             None => std::slice::from_ref(&last),
         };
         let uniform = rng.next_f32();
+        temp.probe.on.store(probe && step < prefill_steps, Relaxed);
+        let own_before = temp.stats().system_allocations;
         // Only the step is timed and counted: not the bar, not the bookkeeping.
         let faults_before = minor_faults();
         let allocations_before = counting::allocations();
@@ -174,7 +229,13 @@ pub fn generate<A: Rewind>(
             alloc_ns: temp.nanos() - alloc_before,
             faults: minor_faults().zip(faults_before).map(|(a, b)| a - b),
             system_allocations: counting::allocations() - allocations_before,
+            allocator_system_allocations: temp.stats().system_allocations - own_before,
         });
+        if probe && step + 1 == prefill_steps {
+            run.first = temp
+                .probe
+                .first(kv_before, state.cold_pages(), state.check_faults);
+        }
         if step + 1 >= prefill_steps {
             run.tokens.push(token);
         }
@@ -202,6 +263,71 @@ pub struct Timed<A> {
     peak_held: usize,
     /// What an empty `Instant::now()` + `elapsed()` pair costs, subtracted.
     overhead_ns: f64,
+    probe: Probe,
+}
+
+/// Where page faults happen in the allocator's memory, counted while `on`
+/// (outside the timed spans): the faults inside its calls, and the pages of
+/// what it hands out that are not resident yet.
+#[derive(Default)]
+struct Probe {
+    on: AtomicBool,
+    call_faults: AtomicU64,
+    cold_pages: AtomicU64,
+    /// A count the system would not give: the totals mean nothing.
+    unknown: AtomicBool,
+}
+
+impl Probe {
+    /// The calling thread's faults so far, if probing.
+    fn start(&self) -> Option<u64> {
+        self.on
+            .load(Relaxed)
+            .then(|| self.known(thread_minor_faults()))
+    }
+
+    fn known(&self, count: Option<u64>) -> u64 {
+        count.unwrap_or_else(|| {
+            self.unknown.store(true, Relaxed);
+            0
+        })
+    }
+
+    /// Ends a call that [`start`](Probe::start)ed with `before`.
+    fn end(&self, before: Option<u64>) {
+        if let Some(before) = before {
+            let now = self.known(thread_minor_faults());
+            self.call_faults
+                .fetch_add(now.saturating_sub(before), Relaxed);
+        }
+    }
+
+    /// Counts the pages of `memory`, just handed out, not resident yet.
+    fn handed_out(&self, memory: NonNull<[u8]>) {
+        if self.on.load(Relaxed) {
+            let cold = self.known(cold_pages(memory.cast::<u8>().as_ptr(), memory.len()));
+            self.cold_pages.fetch_add(cold, Relaxed);
+        }
+    }
+
+    /// The totals, with the KV cache's cold pages before and after and the
+    /// reference check's faults.
+    fn first(
+        &self,
+        kv_before: Option<u64>,
+        kv_after: Option<u64>,
+        check: Option<u64>,
+    ) -> Option<FirstInference> {
+        if self.unknown.load(Relaxed) {
+            return None;
+        }
+        Some(FirstInference {
+            call_faults: self.call_faults.load(Relaxed),
+            cold_pages: self.cold_pages.load(Relaxed),
+            kv_pages: kv_before?.checked_sub(kv_after?)?,
+            check_faults: check?,
+        })
+    }
 }
 
 impl<A: TempAllocator> Timed<A> {
@@ -213,6 +339,7 @@ impl<A: TempAllocator> Timed<A> {
             peak_live: AtomicUsize::new(0),
             peak_held: 0,
             overhead_ns: timer_overhead_ns(),
+            probe: Probe::default(),
         }
     }
 
@@ -246,13 +373,17 @@ pub fn timer_overhead_ns() -> f64 {
 
 // SAFETY: every call is forwarded to `inner` unchanged, so `inner`'s
 // guarantees (aligned, unaliased memory valid until the next reset) are ours;
-// the timing and counting touch no memory the caller sees.
+// the timing and counting touch no memory the caller sees (the probe asks the
+// system which pages are resident, without reading or writing them).
 unsafe impl<A: TempAllocator> TempAllocator for Timed<A> {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        let faults = self.probe.start();
         let start = Instant::now();
         let result = self.inner.allocate(layout);
         self.add(start);
-        if result.is_ok() {
+        self.probe.end(faults);
+        if let Ok(memory) = result {
+            self.probe.handed_out(memory);
             let live = self.live.fetch_add(layout.size(), Relaxed) + layout.size();
             self.peak_live.fetch_max(live, Relaxed);
         }
@@ -261,9 +392,11 @@ unsafe impl<A: TempAllocator> TempAllocator for Timed<A> {
 
     fn reset(&mut self) {
         self.note_held();
+        let faults = self.probe.start();
         let start = Instant::now();
         self.inner.reset();
         self.add(start);
+        self.probe.end(faults);
         *self.live.get_mut() = 0;
     }
 
@@ -285,9 +418,11 @@ unsafe impl<A: Rewind> Rewind for Timed<A> {
     type Checkpoint = TimedCheckpoint<A::Checkpoint>;
 
     fn checkpoint(&self) -> Result<Self::Checkpoint, Error> {
+        let faults = self.probe.start();
         let start = Instant::now();
         let inner = self.inner.checkpoint();
         self.add(start);
+        self.probe.end(faults);
         Ok(TimedCheckpoint {
             inner: inner?,
             live: self.live.load(Relaxed),
@@ -296,9 +431,11 @@ unsafe impl<A: Rewind> Rewind for Timed<A> {
 
     fn rewind(&mut self, checkpoint: Self::Checkpoint) -> Result<(), Error> {
         self.note_held();
+        let faults = self.probe.start();
         let start = Instant::now();
         let result = self.inner.rewind(checkpoint.inner);
         self.add(start);
+        self.probe.end(faults);
         if result.is_ok() {
             *self.live.get_mut() = checkpoint.live;
         }
