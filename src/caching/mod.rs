@@ -300,10 +300,13 @@ impl CachingAllocator {
     /// the config [prefaults](CachingConfig::prefault): the first inference
     /// then makes no system call and, with prefault, takes no page fault in
     /// the allocator. The regions are FREE; threads lease them in the order
-    /// they first allocate, the largest first. (With the debug checks on,
-    /// every request is carved from one locked region: it takes the plan's
-    /// total, canaries not counted.) A phone app pays this at launch instead
-    /// of on the first request.
+    /// they first allocate, the largest first, so the plan serves a run
+    /// whose threads first allocate busiest first (a runtime's main thread,
+    /// then its workers); a run in another order may still grow. (With the
+    /// debug checks on, every request is carved from one locked region: it
+    /// takes the plan's total but not the 16-byte canary after each request,
+    /// so it may still grow.) A phone app pays this at launch instead of on
+    /// the first request.
     ///
     /// ```
     /// use tempalloc::trace::Plan;

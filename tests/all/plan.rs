@@ -162,3 +162,4 @@ fn a_prewarmed_allocator_takes_no_memory_in_its_first_inference() {
         assert_eq!(s.system_allocations, warm.system_allocations, "{threads} threads: {s}");
     }
 }
+
