@@ -30,7 +30,7 @@ out=$root/target/platforms
 # budget::, checkpoints::, fallback::) are the modules the caching rewrite
 # adds; extend this list when a module that reserves, commits or decommits
 # memory is added.
-OS_TESTS="caching:: regions:: frames:: stress:: footprint:: threads:: budget:: checkpoints:: fallback::"
+OS_TESTS="frames:: stress:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: refusals:: plan::"
 
 # The page sizes of the kernels tempalloc must handle besides 4 KiB: Apple
 # Silicon, iOS and Android 15+ (16 KiB), some arm64 servers (64 KiB).
@@ -87,12 +87,14 @@ build_c() {
 }
 
 # The OS tests for the target and features in "$@": the lib's unit tests,
-# then the filtered integration tests. Both run even when the first fails.
+# the filtered integration tests, and the resident-memory test (Linux only;
+# elsewhere it has no test). All run even when one fails.
 run_os_tests() {
     local rc=0
     cargo test "$@" --lib -- -q || rc=1
     # shellcheck disable=SC2086 # OS_TESTS is a list of filters
     cargo test "$@" --test all -- -q $OS_TESTS || rc=1
+    cargo test "$@" --test resident -- -q || rc=1
     return $rc
 }
 
