@@ -25,11 +25,9 @@ root=$PWD
 out=$root/target/platforms
 
 # The integration tests that touch the OS layer (`cargo test --test all`
-# filters: a test runs when its path contains one). The lib's unit tests
-# run whole as well. Names that match nothing yet (footprint::, threads::,
-# budget::, checkpoints::, fallback::) are the modules the caching rewrite
-# adds; extend this list when a module that reserves, commits or decommits
-# memory is added.
+# filters: a test runs when its path contains one): the CachingAllocator's
+# promise modules. The lib's unit tests run whole as well. Extend this list
+# when a module that reserves, commits or decommits memory is added.
 OS_TESTS="frames:: stress:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: refusals:: plan::"
 
 # The page sizes of the kernels tempalloc must handle besides 4 KiB: Apple
