@@ -12,6 +12,7 @@
 #   pages    the OS tests on the host with TEMPALLOC_PAGE_SIZE=16384 and 65536
 #   shim     the OS tests under an LD_PRELOAD shim that makes the system calls
 #            act like a 16 KiB and a 64 KiB page kernel
+#   ulimit   the OS tests in a 4 GB address space (ulimit -v)
 #
 # Every step installs what it lacks (rustup targets, Debian packages, qemu
 # into target/) and is quick when it is there. Downloads and built files go
@@ -251,10 +252,19 @@ step_shim() {
     return $rc
 }
 
+# A limited address space (`ulimit -v`): reservations shrink to a share of
+# it (os::region_reserve) and fall back to heap blocks past it, and every
+# promise still holds. 4 GB leaves room for the C library's per-thread
+# arenas of the 64-thread tests; the binaries are built outside the limit.
+step_ulimit() {
+    cargo test -q --no-run --lib --test all --test resident
+    (ulimit -v 4000000 && run_os_tests)
+}
+
 # ---------------------------------------------------------------- main
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(checks windows aarch64 pages shim)
+[ ${#steps[@]} -gt 0 ] || steps=(checks windows aarch64 pages shim ulimit)
 for s in "${steps[@]}"; do
     declare -F "step_$s" >/dev/null || { echo "platforms.sh: no step '$s'" >&2; exit 2; }
 done

@@ -191,6 +191,14 @@ pub(crate) const RESERVE_LIMIT: usize = 1 << 30;
 const _: () = assert!(64 * REGION_RESERVE <= RESERVE_LIMIT / 2);
 const _: () = assert!(REGION_RESERVE % MAX_PAGE_SIZE == 0);
 
+/// A region's first reservation here: [`REGION_RESERVE`], or less where the
+/// process's address space is limited (`ulimit -v`), so that 64 regions
+/// still fit in the reservations' share of it.
+pub(crate) fn region_reserve() -> usize {
+    let share = PROCESS.limit() / 64 / MAX_PAGE_SIZE * MAX_PAGE_SIZE;
+    REGION_RESERVE.min(share.max(MAX_PAGE_SIZE))
+}
+
 /// Address space reserved through one limit, counted without a lock.
 #[derive(Debug)]
 struct AddressSpace {
@@ -209,12 +217,18 @@ impl AddressSpace {
         }
     }
 
+    /// The limit, lowered to a quarter of the process's address-space limit
+    /// (`ulimit -v`) if it has one, so that reservations never take what
+    /// thread stacks, the heap and libraries need.
+    fn limit(&self) -> usize {
+        imp::address_space_limit().map_or(self.limit, |l| self.limit.min(l / 4))
+    }
+
     /// Counts `bytes` more as reserved, unless that passes the limit.
     fn take(&self, bytes: usize) -> bool {
+        let limit = self.limit();
         self.reserved
-            .fetch_update(Relaxed, Relaxed, |r| {
-                r.checked_add(bytes).filter(|&total| total <= self.limit)
-            })
+            .fetch_update(Relaxed, Relaxed, |r| r.checked_add(bytes).filter(|&total| total <= limit))
             .is_ok()
     }
 

@@ -73,18 +73,30 @@ fn resident_memory_stays_within_a_quarter_of_the_window_from_the_first_on() {
     // Address space too: `trim` then `release` into a cache that keeps idle
     // memory leaves no reservation mapped (each had nothing committed).
     let cache = std::sync::Arc::new(tempalloc::BlockCache::with_idle_budget(1 << 30));
-    let mut temp = CachingAllocator::with_cache(cache, CachingConfig::default().debug_checks(false));
-    let threads = |f: &(dyn Fn() + Sync)| std::thread::scope(|s| (0..4).for_each(|_| drop(s.spawn(f))));
+    let mut temp =
+        CachingAllocator::with_cache(cache, CachingConfig::default().debug_checks(false));
+    let threads =
+        |f: &(dyn Fn() + Sync)| std::thread::scope(|s| (0..4).for_each(|_| drop(s.spawn(f))));
     // The C library's per-thread arenas, mapped for the first threads, first.
     threads(&|| drop(vec![0u8; 1000]));
     let before = status("VmSize:");
-    threads(&|| drop(KernelContext::new(&temp).allocate_temp(1 << 20, 64).unwrap()));
+    threads(&|| {
+        KernelContext::new(&temp)
+            .allocate_temp(1 << 20, 64)
+            .unwrap();
+    });
     temp.reset();
-    assert!(status("VmSize:") > before, "the regions reserved address space");
+    assert!(
+        status("VmSize:") > before,
+        "the regions reserved address space"
+    );
     temp.trim();
     temp.release();
     // Each region reserved 256 MiB (64-bit Linux); the slack is the C
     // library's cached thread stacks.
     let after = status("VmSize:");
-    assert!(after <= before + (32 << 20), "{after} B mapped after trim and release, {before} B before");
+    assert!(
+        after <= before + (32 << 20),
+        "{after} B mapped after trim and release, {before} B before"
+    );
 }

@@ -1,7 +1,7 @@
 //! [`CachingConfig`]: the knobs of a [`CachingAllocator`](crate::CachingAllocator).
 
 use crate::block::BlockOptions;
-use crate::os::REGION_RESERVE;
+use crate::os::region_reserve;
 
 /// How a [`CachingAllocator`](crate::CachingAllocator) sizes, limits and
 /// prepares its memory. Start from `CachingConfig::default()` and change
@@ -46,7 +46,7 @@ impl Default for CachingConfig {
             min_block_size: 0,
             dedicated_threshold: None,
             max_bytes: None,
-            reserve: Some(REGION_RESERVE),
+            reserve: Some(region_reserve()),
             retain: None,
             debug_checks: cfg!(debug_assertions),
             block: BlockOptions::default(),

@@ -93,6 +93,22 @@ const NORESERVE: c_int = libc::MAP_NORESERVE;
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const NORESERVE: c_int = 0;
 
+/// The process's address-space limit (`RLIMIT_AS`, `ulimit -v`), if any.
+#[cfg(not(miri))]
+pub(super) fn address_space_limit() -> Option<usize> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `getrlimit` writes one `rlimit` to the pointer it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 {
+        return None;
+    }
+    (limit.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+}
+
+#[cfg(miri)]
+pub(super) fn address_space_limit() -> Option<usize> {
+    None
+}
+
 pub(super) fn reserve(len: usize) -> Option<NonNull<u8>> {
     // SAFETY: an anonymous, private, inaccessible mapping at an address the
     // system picks; it touches no existing memory.

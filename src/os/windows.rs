@@ -71,6 +71,11 @@ pub(super) fn huge_page_size(_system_page: usize) -> Option<usize> {
     None
 }
 
+/// No address-space limit to read here.
+pub(super) fn address_space_limit() -> Option<usize> {
+    None
+}
+
 pub(super) fn reserve(len: usize) -> Option<NonNull<u8>> {
     // SAFETY: a new inaccessible reservation at an address the system
     // picks; it touches no existing memory.

@@ -451,6 +451,7 @@ fn a_refused_request_leaves_an_empty_region_usable() {
 /// request and a growth step): a reservation costs its pages, not a size
 /// class above them.
 #[test]
+#[cfg_attr(miri, ignore = "Miri has no reservations: heap blocks cost their size class")]
 fn a_first_request_needs_its_pages_not_a_size_class() {
     let p = crate::util::page();
     for pages in [9, 17, 33, 65] {
@@ -464,6 +465,7 @@ fn a_first_request_needs_its_pages_not_a_size_class() {
 /// with nothing else changed: the prober's warm region keeps its memory, and
 /// the window's next request takes no system allocation.
 #[test]
+#[cfg_attr(miri, ignore = "the probe without a limit asks Miri's heap for more than it has")]
 fn a_probe_that_cannot_fit_keeps_the_probers_memory() {
     let p = crate::util::page();
     for limit in [Some(64 * p), None] {

@@ -50,7 +50,7 @@ fn switching_between_allocators_reserves_address_space_once() {
     let a = CachingAllocator::with_config(cfg());
     let b = CachingAllocator::with_config(cfg());
     let (ca, cb) = (KernelContext::new(&a), KernelContext::new(&b));
-    for _ in 0..3000 {
+    for _ in 0..crate::scenarios::scaled(3000, 30) {
         ca.allocate_temp(64, 8).unwrap();
         cb.allocate_temp(64, 8).unwrap();
     }
@@ -119,7 +119,7 @@ fn the_books_match_the_cache_after_random_windows() {
             .max_bytes(Some(100 * p)),
     ] {
         let mut temp = CachingAllocator::with_config(config);
-        for round in 0..200 {
+        for round in 0..crate::scenarios::scaled(200, 6) {
             {
                 let threads = 1 + rnd(4) as usize;
                 let sizes: Vec<Vec<usize>> = (0..threads)
@@ -189,7 +189,7 @@ fn shared_cache_books_balance_under_faults() {
             CachingAllocator::with_cache(Arc::clone(&cache), c)
         };
         let mut ts = [mk(), mk()];
-        for round in 0..3000 {
+        for round in 0..crate::scenarios::scaled(3000, 40) {
             let i = rnd(2) as usize;
             match rnd(12) {
                 0 => fail_nth_allocation(&cache, 1 + rnd(3)),
