@@ -124,6 +124,9 @@ pub(crate) struct ChunkOptions {
     /// Bytes of address space to reserve for a region that grows in place;
     /// `None` takes fixed heap blocks.
     pub reserve: Option<usize>,
+    /// The most a heap block may hold (an allocator's own limit leaves no
+    /// more room), unless the request needs more.
+    pub most: usize,
 }
 
 /// A chunk from [`BlockCache::take`], with the system calls it took.
@@ -420,8 +423,9 @@ impl BlockCache {
             self.system_frees.fetch_add(1, Relaxed);
             committed?;
         }
-        let size = size_class(want.max(need)).ok_or(oom)?;
         let least = size_class(need).ok_or(oom)?;
+        let size = size_class(want.max(need)).ok_or(oom)?;
+        let size = size.min(size_class_at_most(options.most).max(least));
         let charged = self.charge(least, size, request)?;
         let size = size_class_at_most(charged);
         self.uncharge(charged - size);

@@ -84,7 +84,10 @@ impl Books {
     /// A chunk from the cache (see [`BlockCache::take`]), counted.
     pub(super) fn take(&self, need: usize, want: usize, options: ChunkOptions, request: Layout) -> Result<Chunk, Error> {
         let reserving = options.reserve.is_some();
-        let (Some(least), Some(most)) = (chunk_size(need, reserving), chunk_size(want, reserving)) else {
+        // At least the request's pages (a reservation) or size class (a heap
+        // block); at most `want`'s size class, so that a reservation falling
+        // back to a heap block still gets one that holds `want`.
+        let (Some(least), Some(most)) = (chunk_size(need, reserving), size_class(want.max(need))) else {
             return Err(self.past_any_size(request, Error::out_of_memory(request)));
         };
         // A size the limit allows: whole pages of a reservation, or a size
@@ -92,6 +95,9 @@ impl Books {
         let admitted = self.admit(least, most, request)?;
         let want = if reserving { admitted } else { size_class_at_most(admitted).max(least) };
         self.held.fetch_sub(admitted - want, Relaxed);
+        // A heap block (where a reservation falls back to) within the room.
+        let most = if self.limit.is_some() { want } else { usize::MAX };
+        let options = ChunkOptions { most, ..options };
         let mut taken = self.cache.take(need, want, options, request).inspect_err(|_| {
             self.held.fetch_sub(want, Relaxed);
         })?;
@@ -226,7 +232,7 @@ impl Region {
                     limits.map_or(bytes, |limit| bytes.min(limit))
                 });
                 let want = need.max(config.min_block_size).max(cold.peak).max(double);
-                let options = ChunkOptions { block: config.block, reserve };
+                let options = ChunkOptions { block: config.block, reserve, most: usize::MAX };
                 let chunk = match books.take(need, want, options, layout) {
                     // Nothing in use, and its own chunks stand between the
                     // request and the limit: they go, and it starts over.

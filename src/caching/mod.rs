@@ -480,6 +480,7 @@ impl CachingAllocator {
         let options = ChunkOptions {
             block: self.config.block,
             reserve: self.config.reserve.map(|_| need),
+            most: usize::MAX,
         };
         let chunk = self.books.take(need, need, options, layout)?;
         let pad = chunk.base().as_ptr().addr().wrapping_neg() & (layout.align() - 1);

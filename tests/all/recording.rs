@@ -174,12 +174,15 @@ fn worker_threads_and_checkpoints_are_recorded_and_replayed_faithfully() {
     let mut replay = CachingAllocator::new();
     let first = trace.replay_caching(&mut replay).expect("replays");
     assert_eq!((first.requests, first.inferences), (4, 1));
-    // Warm: fresh threads per kernel take over parked regions, so the same
-    // trace again asks the system for nothing.
+    // Warm: fresh threads per kernel lease the regions the last ones left,
+    // so the same trace again asks the system for nothing (heap blocks, as
+    // under Miri, settle on one block sized to the peak a window later).
     let second = trace.replay_caching(&mut replay).expect("replays again");
     assert_eq!((second.requests, second.resets), (4, 1));
-    assert_eq!(second.system_allocations, 0);
-    assert_eq!(replay.stats().allocations, 8);
+    let third = trace.replay_caching(&mut replay).expect("replays again");
+    let warm = if cfg!(miri) { third } else { second };
+    assert_eq!(warm.system_allocations, 0);
+    assert_eq!(replay.stats().allocations, 12);
 }
 
 #[test]
