@@ -187,7 +187,7 @@ impl CachingAllocator {
         let mut live = shared.dedicated_live;
         // The new window first, as at a reset.
         self.window = super::lease::next_window();
-        let (mine, me) = super::lease::mine(self.id, None);
+        let (mine, me) = super::lease::mine(self.id);
         for region in regions(&shared.regions).chain([locked]) {
             let mark = shared.marks[from..to]
                 .iter()

@@ -69,24 +69,38 @@ pub(super) fn leased() -> (u64, *const Region) {
 
 /// The region the calling thread last leased from the allocator with id
 /// `allocator`, in any window (where its slow path looks first), and the
-/// thread's serial; with `window`, a reset leases that region to the thread
-/// again, remembered under the new window at once.
+/// thread's serial.
 #[inline]
-pub(super) fn mine(allocator: u64, window: Option<u64>) -> (Option<NonNull<Region>>, u64) {
+pub(super) fn mine(allocator: u64) -> (Option<NonNull<Region>>, u64) {
     THREAD.with(|t| {
         let (id, mut serial) = t.ids.get();
         if serial == 0 {
             serial = NEXT_SERIAL.fetch_add(1, Relaxed);
             t.ids.set((id, serial));
         }
-        if id != allocator {
-            return (None, serial);
-        }
         let (_, region) = t.lease.get();
-        if let Some(window) = window {
-            t.lease.set((window, region));
+        let region = NonNull::new(region.cast_mut()).filter(|_| id == allocator);
+        (region, serial)
+    })
+}
+
+/// For a reset of the allocator with id `allocator`, which starts `window`:
+/// the region the calling thread last leased from it, if any, and the
+/// thread's serial; the thread remembers that region under `window` at
+/// once, as the reset leases it to the thread again.
+#[inline]
+pub(super) fn renew(allocator: u64, window: u64) -> Option<(NonNull<Region>, u64)> {
+    THREAD.with(|t| {
+        let (id, serial) = t.ids.get();
+        if id != allocator {
+            return None;
         }
-        (NonNull::new(region.cast_mut()), serial)
+        // A thread remembers an allocator only after a lease, which gave
+        // it a serial.
+        debug_assert!(serial != 0);
+        let (_, region) = t.lease.get();
+        t.lease.set((window, region));
+        Some((NonNull::new(region.cast_mut())?, serial))
     })
 }
 

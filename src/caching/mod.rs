@@ -422,7 +422,7 @@ impl CachingAllocator {
     /// if that is free or still its own (lock-free), else, under the lock,
     /// the FREE region that holds the most, or a new one.
     fn lease(&self, layout: Layout) -> Result<&Region, Error> {
-        let (last, me) = lease::mine(self.id, None);
+        let (last, me) = lease::mine(self.id);
         let region = match last {
             Some(last) if self.region(last).lease(me) => last,
             _ => lease::lease_any(&mut self.lock().regions, me)
@@ -522,8 +522,8 @@ impl CachingAllocator {
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// `reset` with the debug checks, a retain cap or dedicated chunks.
-    #[cold]
+    /// `reset` with several regions (or none), the debug checks, a retain
+    /// cap or dedicated chunks.
     #[inline(never)]
     fn reset_all(&mut self) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -538,9 +538,12 @@ impl CachingAllocator {
         // this loop frees, even if something in it panicked.
         let window = lease::next_window();
         self.window = window;
-        let (mine, me) = lease::mine(self.id, Some(window));
+        let mine = lease::renew(self.id, window);
         for region in regions(&shared.regions).chain(debug) {
-            let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
+            let next = match mine {
+                Some((mine, me)) if mine == NonNull::from(region) => me,
+                _ => FREE,
+            };
             // SAFETY: `&mut self`: no thread uses the region.
             live += shared.totals.fold(unsafe { region.reset(&self.books, next) });
         }
@@ -597,29 +600,23 @@ unsafe impl TempAllocator for CachingAllocator {
     #[inline]
     fn reset(&mut self) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let [only] = shared.regions[..] else {
+            return self.reset_all();
+        };
         if self.config.debug_checks | self.config.retain.is_some() | !shared.dedicated.is_empty() {
             return self.reset_all();
         }
-        // The usual case, kept short.
+        // The usual case, kept short: one thread allocates.
         // The new window first: no thread's old token may lead into a region
-        // this loop frees, even if something in it panicked.
+        // this frees, even if something in it panicked.
         let window = lease::next_window();
         self.window = window;
-        let (mine, me) = lease::mine(self.id, Some(window));
-        let mut live = 0;
-        let reset = |region: &Region| {
-            let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
-            // SAFETY: `&mut self`: no thread uses the region.
-            unsafe { region.reset(&self.books, next) }
+        let next = match lease::renew(self.id, window) {
+            Some((mine, me)) if mine == only => me,
+            _ => FREE,
         };
-        if let [only] = &shared.regions[..] {
-            // One thread allocates: no loop.
-            live = shared.totals.fold(reset(deref(only)));
-        } else {
-            for region in regions(&shared.regions) {
-                live += shared.totals.fold(reset(region));
-            }
-        }
+        // SAFETY: `&mut self`: no thread uses the region.
+        let live = shared.totals.fold(unsafe { deref(&only).reset(&self.books, next) });
         shared.end_window(live);
     }
 

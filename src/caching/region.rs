@@ -342,10 +342,12 @@ impl Hot {
     }
 
     /// The current chunk's index and the cursor in it.
+    #[inline]
     pub(super) fn position(&self) -> (usize, usize) {
         (self.chunk.load(Relaxed), self.cursor.load(Relaxed))
     }
 
+    #[inline]
     pub(super) fn before(&self) -> usize {
         self.before.load(Relaxed)
     }
