@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier};
 use rayon::prelude::*;
 use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
-use crate::scenarios::{converges, fast, page, scaled};
+use crate::scenarios::{converges, fast, kib, page, scaled};
 use crate::util::{addr, check, fill};
 
 /// Panics unless `r` is `BudgetExceeded` for a request of `size` bytes.
@@ -242,8 +242,9 @@ fn growing_in_place_takes_the_room_of_free_regions() {
 fn a_region_that_outgrew_its_reservation_takes_the_room_of_free_regions() {
     // The main thread outgrows its 256 KiB reservation while two exited
     // workers' FREE regions hold about 40 and 150 KiB: its next chunk fits
-    // the limit only once the larger of them gives its memory back.
-    let k = 1 << 10;
+    // the limit only once the larger of them gives its memory back. (KiB at
+    // 4 KiB pages: the same page counts at any page size.)
+    let k = kib();
     let config = fast().reserve(Some(256 * k)).min_block_size(64 * k);
     let mut temp = CachingAllocator::with_config(config.max_bytes(Some(440 * k)));
     fill(KernelContext::new(&temp).allocate_temp(200 * k, 64).unwrap(), 1);
@@ -313,7 +314,8 @@ fn a_leased_regions_memory_never_makes_room() {
 
 #[test]
 fn under_a_shared_limit_free_regions_make_room() {
-    let k = 1 << 10;
+    // KiB at 4 KiB pages: the same page counts and size classes at any page size.
+    let k = kib();
     let cache = Arc::new(BlockCache::with_limits(0, Some(200 * k)));
     let config = fast().reserve(None).min_block_size(16 * k);
     let mut x = CachingAllocator::with_cache(Arc::clone(&cache), config);

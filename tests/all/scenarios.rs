@@ -36,6 +36,13 @@ pub fn page() -> usize {
     })
 }
 
+/// A quarter page: 1 KiB at 4 KiB pages. Sizes written in this unit keep
+/// their page counts (and size classes) at any page size, so a test whose
+/// arithmetic is in pages holds at 16 and 64 KiB too.
+pub fn kib() -> usize {
+    page() / 4
+}
+
 /// Panics unless no two of `ranges` (address, length) overlap.
 pub fn assert_disjoint(mut ranges: Vec<(usize, usize)>) {
     ranges.sort_unstable();
