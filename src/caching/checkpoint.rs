@@ -186,7 +186,7 @@ impl CachingAllocator {
         let locked = unsafe { self.locked.as_ref() };
         let mut live = shared.dedicated_live;
         // The new window first, as at a reset.
-        self.window = super::lease::next_window();
+        self.window.next();
         let (mine, me) = super::lease::mine(self.id);
         for region in regions(&shared.regions).chain([locked]) {
             let mark = shared.marks[from..to]
@@ -205,7 +205,7 @@ impl CachingAllocator {
         // The calling thread keeps its region if it leases it (a region with
         // a mark keeps its leaseholder, whoever that is).
         if let Some(mine) = mine.filter(|&m| self.region(m).lease(me)) {
-            super::lease::remember(self.window, self.id, mine);
+            super::lease::remember(self.window.current, self.id, mine);
         }
         Ok(())
     }

@@ -23,7 +23,37 @@ use super::region::Region;
 
 /// Window tokens: a new one at every reset and rewind of any allocator.
 /// Never 0 (what a thread that leased nothing remembers), never reused.
+/// Handed out in blocks of [`TOKEN_BLOCK`], one block to an allocator at a
+/// time, so a reset takes a token without an atomic read-modify-write.
 static NEXT_WINDOW: AtomicU64 = AtomicU64::new(1);
+
+/// Tokens an allocator takes at once (2^48 blocks before a `u64` wraps).
+const TOKEN_BLOCK: u64 = 1 << 16;
+
+/// An allocator's window tokens: the current one, which the fast path
+/// compares, and the end of its block.
+pub(super) struct Windows {
+    pub current: u64,
+    end: u64,
+}
+
+impl Windows {
+    /// A fresh block, its first token current.
+    pub(super) fn new() -> Self {
+        let current = NEXT_WINDOW.fetch_add(TOKEN_BLOCK, Relaxed);
+        Windows { current, end: current + TOKEN_BLOCK }
+    }
+
+    /// Starts a new window: a token no thread remembers. Returns it.
+    #[inline]
+    pub(super) fn next(&mut self) -> u64 {
+        self.current += 1;
+        if self.current == self.end {
+            *self = Windows::new();
+        }
+        self.current
+    }
+}
 
 /// Thread serials: never 0 (a FREE region's owner), never reused.
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -46,12 +76,6 @@ thread_local! {
     static THREAD: Thread = const {
         Thread { lease: Cell::new((0, ptr::null())), ids: Cell::new((0, 0)) }
     };
-}
-
-/// A new window token.
-#[inline]
-pub(super) fn next_window() -> u64 {
-    NEXT_WINDOW.fetch_add(1, Relaxed)
 }
 
 /// The window token the calling thread last leased a region under, and

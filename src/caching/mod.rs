@@ -66,9 +66,9 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
 pub struct CachingAllocator {
-    /// This window's token: a thread that remembers it leases the region it
-    /// remembers (`lease.rs`).
-    window: u64,
+    /// This window's token, from a block of the allocator's own: a thread
+    /// that remembers it leases the region it remembers (`lease.rs`).
+    window: lease::Windows,
     /// Requests of at least this many bytes get a chunk of their own.
     dedicated_from: usize,
     /// The region the debug checks carve every request from, under the
@@ -217,7 +217,7 @@ impl CachingAllocator {
             totals: Totals::default(),
         };
         CachingAllocator {
-            window: lease::next_window(),
+            window: lease::Windows::new(),
             dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
             locked: Region::try_new(FREE).unwrap_or_else(no_memory),
             shared: Mutex::new(shared),
@@ -428,7 +428,7 @@ impl CachingAllocator {
             _ => lease::lease_any(&mut self.lock().regions, me)
                 .ok_or_else(|| Error::out_of_memory(layout))?,
         };
-        lease::remember(self.window, self.id, region);
+        lease::remember(self.window.current, self.id, region);
         Ok(self.region(region))
     }
 
@@ -536,8 +536,7 @@ impl CachingAllocator {
         let debug = self.config.debug_checks.then_some(unsafe { self.locked.as_ref() });
         // The new window first: no thread's old token may lead into a region
         // this loop frees, even if something in it panicked.
-        let window = lease::next_window();
-        self.window = window;
+        let window = self.window.next();
         let mine = lease::renew(self.id, window);
         for region in regions(&shared.regions).chain(debug) {
             let next = match mine {
@@ -586,7 +585,7 @@ unsafe impl TempAllocator for CachingAllocator {
         // Every miss is a tail call to the slow path, so the fast path saves
         // no registers.
         let (window, region) = lease::leased();
-        if window == self.window && layout.size() < self.dedicated_from {
+        if window == self.window.current && layout.size() < self.dedicated_from {
             // SAFETY: the calling thread leases the region it remembers under
             // this window's token (see `lease::leased`); the region is this
             // allocator's, alive while `&self` is.
@@ -609,8 +608,7 @@ unsafe impl TempAllocator for CachingAllocator {
         // The usual case, kept short: one thread allocates.
         // The new window first: no thread's old token may lead into a region
         // this frees, even if something in it panicked.
-        let window = lease::next_window();
-        self.window = window;
+        let window = self.window.next();
         let next = match lease::renew(self.id, window) {
             Some((mine, me)) if mine == only => me,
             _ => FREE,
