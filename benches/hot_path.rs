@@ -5,11 +5,14 @@
 
 use std::alloc::Layout;
 use std::hint::black_box;
-use std::sync::{Barrier, RwLock};
+use std::sync::{Arc, Barrier, RwLock};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use tempalloc::{CachingAllocator, FixedAllocator, KernelContext, MallocAllocator, TempAllocator};
+use tempalloc::{
+    BlockCache, CachingAllocator, CachingConfig, FixedAllocator, KernelContext, MallocAllocator,
+    TempAllocator,
+};
 
 /// Requests per kernel window: a kernel asks for a handful of tiles.
 const BATCH: usize = 32;
@@ -193,7 +196,7 @@ fn threads(c: &mut Criterion) {
     group.finish();
 }
 
-/// Thread counts of the cold first inference.
+/// Thread counts of the first inference.
 const COLD_THREADS: [usize; 3] = [1, 2, 8];
 
 /// One thread's first window: requests growing from 1 KiB to 256 KiB (about
@@ -208,12 +211,30 @@ fn first_window(mut take: impl FnMut(Layout) -> *mut u8) {
     }
 }
 
+/// Whose memory a first window runs on.
+#[derive(Clone, Copy)]
+enum First {
+    /// A fresh `CachingAllocator` with a cache of its own.
+    Caching,
+    /// A fresh `CachingAllocator` on a `BlockCache` that kept the last
+    /// round's memory idle: a new session in a process that ran one before.
+    Session,
+    /// A fresh private `bumpalo::Bump` per thread, on the C library's heap.
+    Bumpalo,
+}
+
 /// Time for `threads` persistent threads to run their first window `rounds`
-/// times, each round in a fresh `CachingAllocator` (`shared`) or a fresh
-/// private `bumpalo::Bump` per thread: the cold first inference, page faults
-/// included. Making and dropping the allocators is not timed.
-fn run_cold(threads: usize, rounds: u64, shared: bool) -> Duration {
-    let temp = RwLock::new(CachingAllocator::new());
+/// times, each round on fresh allocators (`first`): page faults and system
+/// calls included. Making and dropping the allocators is not timed.
+fn run_first(threads: usize, rounds: u64, first: First) -> Duration {
+    let cache = Arc::new(BlockCache::with_idle_budget(usize::MAX));
+    let fresh = || match first {
+        First::Session => {
+            CachingAllocator::with_cache(Arc::clone(&cache), CachingConfig::default())
+        }
+        _ => CachingAllocator::new(),
+    };
+    let temp = RwLock::new(fresh());
     let start_round = Barrier::new(threads + 1);
     let end_round = Barrier::new(threads + 1);
     std::thread::scope(|s| {
@@ -222,11 +243,11 @@ fn run_cold(threads: usize, rounds: u64, shared: bool) -> Duration {
                 for _ in 0..rounds {
                     let bump = bumpalo::Bump::new();
                     start_round.wait();
-                    if shared {
+                    if let First::Bumpalo = first {
+                        first_window(|l| bump.alloc_layout(l).as_ptr());
+                    } else {
                         let temp = temp.read().unwrap();
                         first_window(|l| temp.allocate(l).unwrap().cast().as_ptr());
-                    } else {
-                        first_window(|l| bump.alloc_layout(l).as_ptr());
                     }
                     end_round.wait();
                     drop(bump);
@@ -235,7 +256,7 @@ fn run_cold(threads: usize, rounds: u64, shared: bool) -> Duration {
         }
         let mut elapsed = Duration::ZERO;
         for _ in 0..rounds {
-            *temp.write().unwrap() = CachingAllocator::new();
+            *temp.write().unwrap() = fresh();
             let start = Instant::now();
             start_round.wait();
             end_round.wait();
@@ -245,14 +266,74 @@ fn run_cold(threads: usize, rounds: u64, shared: bool) -> Duration {
     })
 }
 
+/// The first inference of a new session in a process that ran one before:
+/// the last session's memory is there to take (kept idle by a shared
+/// `BlockCache`, kept by glibc for bumpalo).
+fn session(c: &mut Criterion) {
+    let mut group = c.benchmark_group("session");
+    for threads in COLD_THREADS {
+        group.bench_function(format!("caching_shared_cache_{threads}"), |b| {
+            b.iter_custom(|rounds| run_first(threads, rounds, First::Session))
+        });
+        group.bench_function(format!("bumpalo_{threads}"), |b| {
+            b.iter_custom(|rounds| run_first(threads, rounds, First::Bumpalo))
+        });
+    }
+    group.finish();
+}
+
+/// The environment variable that makes this binary a child running one
+/// cold first window: `caching:THREADS` or `bumpalo:THREADS`.
+const COLD_CHILD: &str = "HOT_PATH_COLD_CHILD";
+
+/// In a child process: one first window on `threads` threads, timed from
+/// the barrier that starts them to the last one's end, printed in ns.
+fn cold_child(spec: &str) {
+    let (first, threads) = spec.split_once(':').expect("caching:N or bumpalo:N");
+    let first = if first == "caching" {
+        First::Caching
+    } else {
+        First::Bumpalo
+    };
+    let elapsed = run_first(threads.parse().expect("a thread count"), 1, first);
+    println!("{}", elapsed.as_nanos());
+}
+
+/// The first inference of a process, page faults and system calls
+/// included: each round a new process (this binary, as a child), so that
+/// every byte comes from the system for both sides, as on a device that
+/// just started the runtime. (In one process, glibc would hand the next
+/// round's arenas the last round's freed memory, already resident.)
+fn run_cold(threads: usize, rounds: u64, first: &str) -> Duration {
+    let exe = std::env::current_exe().expect("the bench's own path");
+    (0..rounds)
+        .map(|_| {
+            let out = std::process::Command::new(&exe)
+                .env(COLD_CHILD, format!("{first}:{threads}"))
+                .output()
+                .expect("a child process");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let ns = String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .expect("ns");
+            Duration::from_nanos(ns)
+        })
+        .sum()
+}
+
 fn cold(c: &mut Criterion) {
     let mut group = c.benchmark_group("cold");
     for threads in COLD_THREADS {
         group.bench_function(format!("caching_first_window_{threads}"), |b| {
-            b.iter_custom(|rounds| run_cold(threads, rounds, true))
+            b.iter_custom(|rounds| run_cold(threads, rounds, "caching"))
         });
         group.bench_function(format!("bumpalo_first_window_{threads}"), |b| {
-            b.iter_custom(|rounds| run_cold(threads, rounds, false))
+            b.iter_custom(|rounds| run_cold(threads, rounds, "bumpalo"))
         });
     }
     group.finish();
@@ -315,7 +396,17 @@ fn print_ratios() {
         let caching = get("cold", &format!("caching_first_window_{threads}"));
         let bump = get("cold", &format!("bumpalo_first_window_{threads}"));
         println!(
-            "cold first window: {threads} threads, a fresh CachingAllocator / fresh bumpalo arenas = {:.2}x  [<= 1.25x]  ({:.0} vs {:.0} us)",
+            "cold first window (a new process each): {threads} threads, CachingAllocator / bumpalo arenas = {:.2}x  [<= 1.25x]  ({:.0} vs {:.0} us)",
+            caching / bump,
+            caching / 1e3,
+            bump / 1e3,
+        );
+    }
+    for threads in COLD_THREADS {
+        let caching = get("session", &format!("caching_shared_cache_{threads}"));
+        let bump = get("session", &format!("bumpalo_{threads}"));
+        println!(
+            "first window of a new session: {threads} threads, a CachingAllocator on a shared cache / fresh bumpalo arenas = {:.2}x  ({:.0} vs {:.0} us)",
             caching / bump,
             caching / 1e3,
             bump / 1e3,
@@ -335,6 +426,9 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 fn main() {
+    if let Ok(spec) = std::env::var(COLD_CHILD) {
+        return cold_child(&spec);
+    }
     let mut c = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_millis(500))
@@ -342,6 +436,7 @@ fn main() {
     hot_path(&mut c);
     reset(&mut c);
     threads(&mut c);
+    session(&mut c);
     cold(&mut c);
     c.final_summary();
     print_ratios();
