@@ -485,10 +485,8 @@ impl BlockCache {
         let class = size_class(want.max(need))?;
         let huge = block.align(class) > page_size();
         let fits = |c: &Chunk| match c {
-            Chunk::Heap(b) => {
-                b.size() >= need && b.size() <= class + class / 4 && b.is_huge() == huge
-            }
-            Chunk::Mapped(m) => reserving && m.reserved() >= need,
+            Chunk::Heap(b) => b.is_huge() == huge && c.holds(need, class + class / 4),
+            Chunk::Mapped(_) => reserving && c.holds(need, usize::MAX),
         };
         let mut idle = self.idle();
         let best = (0..idle.len())

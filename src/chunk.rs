@@ -44,4 +44,14 @@ impl Chunk {
             Chunk::Heap(b) => b.size(),
         }
     }
+
+    /// Whether the chunk can serve `bytes` from its start without moving (a
+    /// reservation, by committing) and, a heap block, is no larger than
+    /// `most`: the one rule for which chunk a region keeps or takes.
+    pub(crate) fn holds(&self, bytes: usize, most: usize) -> bool {
+        match self {
+            Chunk::Mapped(m) => m.reserved() >= bytes,
+            Chunk::Heap(b) => (bytes..=most).contains(&b.size()),
+        }
+    }
 }

@@ -109,14 +109,13 @@ impl CachingAllocator {
             ..
         } = &mut *shared;
         let oom = Error::OutOfMemory {
-            size: size_of::<Mark>() * (regions.len() + 1),
+            size: size_of::<Mark>() * regions.len(),
             align: align_of::<Mark>(),
         };
         open.try_reserve(1).map_err(|_| oom)?;
-        marks.try_reserve(regions.len() + 1).map_err(|_| oom)?;
+        marks.try_reserve(regions.len()).map_err(|_| oom)?;
         let at = marks.len();
-        let all = super::regions(regions).chain([self.locked()]);
-        marks.extend(all.filter_map(|r| r.mark()));
+        marks.extend(super::regions(regions).filter_map(|r| r.mark()));
         let serial = shared.next_serial;
         shared.next_serial += 1;
         let depth = shared.open.len();
@@ -182,13 +181,11 @@ impl CachingAllocator {
             // Before any chunk goes back: the memory is still ours to poison.
             shared.totals.canary_violations += shared.debug.recycle(canaries);
         }
-        // SAFETY: the locked region lives until the allocator drops.
-        let locked = unsafe { self.locked.as_ref() };
         let mut live = shared.dedicated_live;
         // The new window first, as at a reset.
         self.window.next();
         let (mine, me) = super::lease::mine(self.id);
-        for region in regions(&shared.regions).chain([locked]) {
+        for region in regions(&shared.regions) {
             let mark = shared.marks[from..to]
                 .iter()
                 .find(|m| ptr::eq(m.region, region));

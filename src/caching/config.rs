@@ -55,6 +55,11 @@ impl Default for CachingConfig {
 }
 
 impl CachingConfig {
+    /// The size from which a request gets a chunk of its own.
+    pub(super) fn dedicated_from(&self) -> usize {
+        self.dedicated_threshold.unwrap_or(usize::MAX)
+    }
+
     /// The least memory a region makes usable when it takes a chunk: its
     /// first commit (or heap block). By default (0) that is what the first
     /// request needs, in whole pages; later growth commits 12.5% more than

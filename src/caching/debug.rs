@@ -2,10 +2,10 @@
 //! after every allocation, checked at reset, rewind and
 //! [`check`](super::CachingAllocator::check), and poison in recycled memory.
 //!
-//! With the checks on, no thread ever claims a region of its own, so the
-//! fast path always misses and every request is carved, under the lock,
-//! from the allocator's one locked region with room for a canary after it.
-//! The fast path itself has no added instruction.
+//! With the checks on, the fast path takes no request (its size threshold is
+//! 0), so it has no instruction for them: every request leases the thread's
+//! region on the slow path, is carved with room for a canary after it, and
+//! is recorded under the lock.
 
 use core::alloc::Layout;
 use core::ptr::NonNull;

@@ -158,28 +158,32 @@ impl Books {
     }
 }
 
+/// What one request needs of its region, reckoned once: for growing, and
+/// for the budget rule's question of what growing can cost.
+pub(super) struct Need {
+    layout: Layout,
+    /// Bytes a chunk must make usable from its start to serve the request:
+    /// chunks start page-aligned, so only alignment above a page pads.
+    bytes: usize,
+    /// Where the request ends in the current chunk, if that is a
+    /// reservation that can hold it: the region grows in place.
+    end: Option<usize>,
+    /// What a new chunk should hold: the region's peak, its doubled heap
+    /// block, the configured least.
+    want: usize,
+    /// The least growing can cost against a limit: the pages to commit in
+    /// place, or a new chunk's pages (a reservation) or size class (a heap
+    /// block).
+    least: usize,
+    /// Nothing in use in the region: a move gives its chunks back, so under
+    /// a limit its memory counts as room.
+    fresh: bool,
+}
+
 /// What a new chunk of `bytes` costs against a limit: whole pages of a
 /// reservation, or a block's size class. `None` past any size.
 fn chunk_size(bytes: usize, reserving: bool) -> Option<usize> {
-    if reserving {
-        bytes.checked_next_multiple_of(page_size())
-    } else {
-        size_class(bytes)
-    }
-}
-
-/// Bytes a chunk needs to serve `layout` from its start: chunks start
-/// page-aligned, so only alignment above a page pads.
-fn chunk_need(layout: Layout) -> usize {
-    // No overflow: `Layout` keeps `size + align` within `isize::MAX`.
-    layout.size() + layout.align().saturating_sub(page_size())
-}
-
-/// Where `layout` at `cursor` in `m` would end, padding included.
-fn end_in(m: &Mapping, cursor: usize, layout: Layout) -> usize {
-    let pad = m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
-    // No overflow, as in `chunk_need`.
-    cursor + pad + layout.size()
+    if reserving { bytes.checked_next_multiple_of(page_size()) } else { size_class(bytes) }
 }
 
 /// What a region that must reach `need` bytes in place commits: 12.5% more
@@ -190,65 +194,79 @@ fn growth(now: usize, need: usize) -> usize {
 }
 
 impl Region {
-    /// Makes room for `layout`: commits more of the current reservation;
-    /// else moves to a later chunk of its own that serves it (one a rewind
-    /// left), or to a new chunk from the cache. A region with nothing in use
-    /// gives its chunks back and starts over at the request's size. A range
-    /// the system refuses to commit is passed over, not an error.
+    /// What `layout` needs of this region now.
     ///
     /// # Safety
     ///
     /// As for [`Region::cold`].
-    pub(super) unsafe fn grow(&self, books: &Books, config: &CachingConfig, layout: Layout) -> Result<(), Error> {
+    pub(super) unsafe fn need(&self, layout: Layout, config: &CachingConfig) -> Need {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
         let (current, cursor) = hot.position();
-        let prefault = config.prefaults();
-        if let Some(Chunk::Mapped(m)) = cold.chunks.get_mut(current) {
-            let end = end_in(m, cursor, layout);
-            if end <= m.reserved() && books.commit(m, end, growth(m.committed(), end), prefault, layout)? {
+        let fresh = current == 0 && cursor == 0;
+        // No overflow: `Layout` keeps `size + align` within `isize::MAX`.
+        let bytes = layout.size() + layout.align().saturating_sub(page_size());
+        let (mut end, mut least) = (None, None);
+        match cold.chunks.get(current) {
+            Some(Chunk::Mapped(m)) => {
+                let pad = m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
+                // No overflow, as above.
+                end = Some(cursor + pad + layout.size()).filter(|&end| end <= m.reserved());
+                least = end.map(|end| end.next_multiple_of(page_size()) - m.committed());
+            }
+            // A heap region that fills doubles, so a window chains few blocks.
+            Some(Chunk::Heap(b)) if !fresh => least = Some(2 * b.size()),
+            _ => {}
+        }
+        let double = if end.is_none() { least.unwrap_or(0) } else { 0 };
+        let new_chunk = || chunk_size(bytes, config.reserve.is_some()).unwrap_or(usize::MAX);
+        Need {
+            layout,
+            bytes,
+            end,
+            want: bytes.max(config.min_block_size).max(cold.peak).max(double),
+            least: if end.is_some() { least.unwrap_or(0) } else { new_chunk() },
+            fresh,
+        }
+    }
+
+    /// Makes room for `need`: commits more of the current reservation;
+    /// else moves to a later chunk of its own that serves it (one a rewind
+    /// left), or to a new chunk from the cache, giving its chunks back if
+    /// nothing in it is in use. A range the system refuses to commit is
+    /// passed over, not an error.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Region::cold`].
+    pub(super) unsafe fn grow(&self, books: &Books, config: &CachingConfig, need: &Need) -> Result<(), Error> {
+        // SAFETY: the caller's contract.
+        let (hot, cold) = unsafe { self.cold() };
+        let (current, _) = hot.position();
+        let layout = need.layout;
+        if let (Some(end), Some(Chunk::Mapped(m))) = (need.end, cold.chunks.get_mut(current)) {
+            if books.commit(m, end, growth(m.committed(), end), config.prefaults(), layout)? {
                 hot.set_limit(m.committed());
                 hot.sync_held(cold);
                 return Ok(());
             }
         }
         cold.chunks.try_reserve(1).map_err(|_| Error::out_of_memory(layout))?;
-        let fresh = current == 0 && cursor == 0;
-        // A heap region that fills doubles, so a window chains few blocks.
-        let double = match cold.chunks.get(current) {
-            Some(Chunk::Heap(b)) if !fresh => 2 * b.size(),
-            _ => 0,
-        };
-        let (next, need) = (if fresh { 0 } else { current + 1 }, chunk_need(layout));
-        match (next..cold.chunks.len()).find(|&i| cold.chunks[i].usable() >= need) {
+        let next = if need.fresh { 0 } else { current + 1 };
+        match (next..cold.chunks.len()).find(|&i| cold.chunks[i].usable() >= need.bytes) {
             Some(i) => cold.chunks.swap(next, i),
             None => {
                 // A reservation four times what the window uses, so a region
                 // that outgrew one moves rarely; never past a limit.
-                let used = before_next(hot, layout) + need;
+                let used = before_next(hot, layout) + need.bytes;
                 let limits = books.limit.into_iter().chain(books.cache.max_bytes()).min();
                 let reserve = config.reserve.map(|bytes| {
                     let bytes = bytes.max(used.saturating_mul(4));
                     limits.map_or(bytes, |limit| bytes.min(limit))
                 });
-                let want = need.max(config.min_block_size).max(cold.peak).max(double);
                 let options = ChunkOptions { block: config.block, reserve, most: usize::MAX };
-                let chunk = match books.take(need, want, options, layout) {
-                    // Nothing in use, and its own chunks stand between the
-                    // request and the limit: they go, and it starts over.
-                    // (A request that cannot fit anyway leaves them.)
-                    Err(Error::BudgetExceeded { held, limit, .. })
-                        if fresh && limit - held.min(limit) + self.held() >= need =>
-                    {
-                        books.give_back_all(&mut cold.chunks, 0);
-                        hot.install(None, 0, 0, 0);
-                        hot.sync_held(cold);
-                        books.take(need, want, options, layout)?
-                    }
-                    taken => taken?,
-                };
-                cold.chunks.insert(next, chunk);
-                if fresh {
+                cold.chunks.insert(next, books.take(need.bytes, need.want, options, layout)?);
+                if need.fresh {
                     // Nothing in use and nothing that served: start over.
                     books.give_back_all(&mut cold.chunks, 1);
                 }
@@ -259,60 +277,44 @@ impl Region {
         hot.sync_held(cold);
         Ok(())
     }
-
-    /// The least growing for `layout` can cost: the pages to commit in
-    /// place, or a new chunk (`reserving`: pages; else a block's size class).
-    ///
-    /// # Safety
-    ///
-    /// As for [`Region::cold`].
-    unsafe fn least(&self, layout: Layout, reserving: bool) -> usize {
-        // SAFETY: the caller's contract.
-        let (hot, cold) = unsafe { self.cold() };
-        let (current, cursor) = hot.position();
-        if let Some(Chunk::Mapped(m)) = cold.chunks.get(current) {
-            let end = end_in(m, cursor, layout);
-            if end <= m.reserved() {
-                return end.next_multiple_of(page_size()) - m.committed();
-            }
-        }
-        chunk_size(chunk_need(layout), reserving).unwrap_or(usize::MAX)
-    }
 }
 
 impl CachingAllocator {
     /// Makes room for `layout` in `region`, under the one budget rule: when
     /// growing would pass a limit, and the memory of this allocator's FREE
-    /// regions plus the cache's idle bytes would make room, the FREE regions
-    /// give their memory back (largest first) and growing is tried once
-    /// more; otherwise the request is [`Error::BudgetExceeded`].
+    /// regions (and of `region` itself, if nothing in it is in use: it is
+    /// moving) plus the cache's idle bytes would make room, that memory is
+    /// given back (largest first) and growing is tried once more; otherwise
+    /// the request is [`Error::BudgetExceeded`].
     ///
     /// # Safety
     ///
-    /// The caller leases `region` (or holds the lock, `shared`, for the
-    /// locked region).
+    /// The calling thread leases `region`; `shared` is the lock's guard if
+    /// it holds it.
     pub(super) unsafe fn grow(&self, region: &Region, layout: Layout, shared: Option<&mut Shared>) -> Result<(), Error> {
         // SAFETY: the caller's contract, for every call on `region`.
-        let grown = unsafe { region.grow(&self.books, &self.config, layout) };
+        let need = unsafe { region.need(layout, &self.config) };
+        // SAFETY: as above.
+        let grown = unsafe { region.grow(&self.books, &self.config, &need) };
         let Err(Error::BudgetExceeded { .. }) = grown else {
             return grown;
         };
-        // SAFETY: as above.
-        let least = unsafe { region.least(layout, self.config.reserve.is_some()) };
+        let own = (need.fresh && need.end.is_none()).then_some(region);
         let made = match shared {
-            Some(shared) => self.make_room(shared, least),
-            None => self.make_room(&mut self.lock(), least),
+            Some(shared) => self.make_room(shared, need.least, own),
+            None => self.make_room(&mut self.lock(), need.least, own),
         };
         // SAFETY: as above.
-        if made { unsafe { region.grow(&self.books, &self.config, layout) } } else { grown }
+        if made { unsafe { region.grow(&self.books, &self.config, &region.need(layout, &self.config)) } } else { grown }
     }
 
-    /// Gives back the memory of FREE regions, largest first, until `least`
-    /// more bytes fit under both limits; does nothing (`false`) when even
-    /// all of it would not, so a probe that cannot fit strips nothing.
+    /// Gives back the memory of `own` (the caller's region, with nothing in
+    /// use) and of FREE regions, largest first, until `least` more bytes fit
+    /// under both limits; does nothing (`false`) when even all of it would
+    /// not, so a probe that cannot fit strips nothing.
     #[cold]
     #[inline(never)]
-    fn make_room(&self, shared: &mut Shared, least: usize) -> bool {
+    fn make_room(&self, shared: &mut Shared, least: usize, own: Option<&Region>) -> bool {
         let (books, cache) = (&self.books, &self.books.cache);
         let room = || {
             let own = books.limit.map_or(usize::MAX, |l| l.saturating_sub(books.held.load(Relaxed)));
@@ -321,9 +323,13 @@ impl CachingAllocator {
             own.min(common)
         };
         let free = || super::regions(&shared.regions).filter(|r| r.is_free() && r.held() != 0);
-        let reclaimable: usize = free().map(Region::held).sum();
+        let reclaimable: usize = free().chain(own).map(Region::held).sum();
         if reclaimable == 0 || room().saturating_add(reclaimable) < least {
             return false;
+        }
+        if let Some(own) = own {
+            // SAFETY: the caller leases it, with nothing in use.
+            unsafe { own.shed(books, None) };
         }
         for _ in 0..shared.regions.len() {
             let Some(largest) = free().max_by_key(|r| r.held()).filter(|_| room() < least) else {

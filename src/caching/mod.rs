@@ -69,20 +69,22 @@ pub struct CachingAllocator {
     /// This window's token, from a block of the allocator's own: a thread
     /// that remembers it leases the region it remembers (`lease.rs`).
     window: lease::Windows,
-    /// Requests of at least this many bytes get a chunk of their own.
-    dedicated_from: usize,
-    /// The region the debug checks carve every request from, under the
-    /// lock; never leased.
-    locked: NonNull<Region>,
+    /// Requests below this size may take the fast path: the dedicated
+    /// threshold, or 0 with the debug checks, whose requests all take the
+    /// slow path (so the fast path has no instruction for them).
+    fast_below: usize,
+    /// Neither debug checks nor a retain cap: a reset may take its short
+    /// path.
+    plain_reset: bool,
     shared: Mutex<Shared>,
     books: Books,
     config: CachingConfig,
     id: u64,
 }
 
-// SAFETY: the regions (`locked`, and the list in `shared`) are owned like
-// `Box`es and are `Send + Sync`; `&self` methods reach them only through
-// leases, the lock, or atomics.
+// SAFETY: the regions (the list in `shared`) are owned like `Box`es and are
+// `Send + Sync`; `&self` methods reach them only through leases, the lock,
+// or atomics.
 unsafe impl Send for CachingAllocator {}
 // SAFETY: as above.
 unsafe impl Sync for CachingAllocator {}
@@ -200,31 +202,55 @@ impl CachingAllocator {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
-        // As for every allocation a constructor makes (the lock, the books),
-        // a failure here is the global allocator's error.
-        let no_memory = || std::alloc::handle_alloc_error(Layout::new::<Region>());
-        // Room for the books of 8 nested checkpoints over 8 regions.
+        // As `Vec::with_capacity` would: the global allocator's error.
+        Self::try_with_cache(cache, config).unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<Shared>()))
+    }
+
+    /// [`with_cache`](Self::with_cache), but an error instead of an abort
+    /// when there is no memory for the allocator's books (room for 8 nested
+    /// checkpoints over 8 regions), for runtimes that must not abort.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tempalloc::{BlockCache, CachingAllocator, CachingConfig};
+    ///
+    /// let cache = Arc::new(BlockCache::with_idle_budget(0));
+    /// let temp = CachingAllocator::try_with_cache(cache, CachingConfig::default())?;
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfMemory`] with the size of the books that could not be
+    /// had.
+    pub fn try_with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Result<Self, Error> {
+        fn room<T>(n: usize) -> Result<Vec<T>, Error> {
+            let mut books = Vec::new();
+            let oom = Error::OutOfMemory { size: n * size_of::<T>(), align: align_of::<T>() };
+            books.try_reserve_exact(n).map_err(|_| oom)?;
+            Ok(books)
+        }
         let shared = Shared {
-            regions: Vec::with_capacity(NESTED_CHECKPOINTS),
+            regions: room(NESTED_CHECKPOINTS)?,
             dedicated: Vec::new(),
             dedicated_live: 0,
-            open: Vec::with_capacity(NESTED_CHECKPOINTS),
-            // A mark per region in use and the locked one, per checkpoint.
-            marks: Vec::with_capacity(NESTED_CHECKPOINTS * (NESTED_CHECKPOINTS + 1)),
+            open: room(NESTED_CHECKPOINTS)?,
+            // A mark per region in use, per checkpoint.
+            marks: room(NESTED_CHECKPOINTS * NESTED_CHECKPOINTS)?,
             next_serial: 0,
             debug: DebugState::default(),
             window_high: 0,
             totals: Totals::default(),
         };
-        CachingAllocator {
+        Ok(CachingAllocator {
             window: lease::Windows::new(),
-            dedicated_from: config.dedicated_threshold.unwrap_or(usize::MAX),
-            locked: Region::try_new(FREE).unwrap_or_else(no_memory),
+            fast_below: if config.debug_checks { 0 } else { config.dedicated_from() },
+            plain_reset: !config.debug_checks && config.retain.is_none(),
             shared: Mutex::new(shared),
             books: Books::new(cache, config.max_bytes),
             config,
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed),
-        }
+        })
     }
 
     /// The cache behind this allocator.
@@ -302,11 +328,9 @@ impl CachingAllocator {
     /// the allocator. The regions are FREE; threads lease them in the order
     /// they first allocate, the largest first, so the plan serves a run
     /// whose threads first allocate busiest first (a runtime's main thread,
-    /// then its workers); a run in another order may still grow. (With the
-    /// debug checks on, every request is carved from one locked region: it
-    /// takes the plan's total but not the 16-byte canary after each request,
-    /// so it may still grow.) A phone app pays this at launch instead of on
-    /// the first request.
+    /// then its workers); a run in another order may still grow, and so may
+    /// a run with the debug checks on (the plan holds no canaries). A phone
+    /// app pays this at launch instead of on the first request.
     ///
     /// ```
     /// use tempalloc::trace::Plan;
@@ -327,21 +351,17 @@ impl CachingAllocator {
     /// limit, [`Error::OutOfMemory`]); what was committed before stays.
     pub fn prewarm(&mut self, plan: &Plan) -> Result<(), Error> {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let total = [plan.total_bytes()];
-        let sizes = if self.config.debug_checks { &total[..] } else { plan.regions() };
-        for (i, &bytes) in sizes.iter().enumerate() {
+        for (i, &bytes) in plan.regions().iter().enumerate() {
             let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
-            if shared.regions.len() == i && !self.config.debug_checks {
+            if shared.regions.len() == i {
                 let oom = Error::out_of_memory(layout);
                 shared.regions.try_reserve(1).map_err(|_| oom)?;
                 shared.regions.push(Region::try_new(FREE).ok_or(oom)?);
             }
-            // SAFETY: as in `region`.
-            let locked = unsafe { self.locked.as_ref() };
-            let region = shared.regions.get(i).filter(|_| !self.config.debug_checks).map_or(locked, deref);
+            let region = deref(&shared.regions[i]);
             if bytes > region.held() {
                 // SAFETY: `&mut self`: no thread uses the region.
-                unsafe { region.grow(&self.books, &self.config, layout)? };
+                unsafe { region.grow(&self.books, &self.config, &region.need(layout, &self.config)) }?;
             }
         }
         Ok(())
@@ -389,16 +409,10 @@ impl CachingAllocator {
         unsafe { region.as_ref() }
     }
 
-    fn locked(&self) -> &Region {
-        self.region(self.locked)
-    }
-
-    /// Every region, the locked one last, and the books, under `&mut self`.
+    /// Every region and the books, under `&mut self`.
     fn exclusive(&mut self) -> (impl Iterator<Item = &Region> + Clone, &Books) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: as in `region`.
-        let locked = unsafe { self.locked.as_ref() };
-        (regions(&shared.regions).chain([locked]), &self.books)
+        (regions(&shared.regions), &self.books)
     }
 
     /// Everything the fast path cannot serve: a request that does not fit,
@@ -408,9 +422,9 @@ impl CachingAllocator {
     #[inline(never)]
     fn allocate_slow(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         if self.config.debug_checks {
-            return self.allocate_checked(&mut self.lock(), layout);
+            return self.allocate_checked(layout);
         }
-        if layout.size() >= self.dedicated_from {
+        if layout.size() >= self.config.dedicated_from() {
             return self.allocate_dedicated(&mut self.lock(), layout, 0);
         }
         let region = self.lease(layout)?;
@@ -436,8 +450,8 @@ impl CachingAllocator {
     ///
     /// # Safety
     ///
-    /// The caller leases `region`, or holds the lock (`shared`) for the
-    /// locked region.
+    /// The calling thread leases `region`; `shared` is the lock's guard if
+    /// it holds it.
     unsafe fn bump_or_grow(
         &self,
         region: &Region,
@@ -495,35 +509,40 @@ impl CachingAllocator {
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// Every request when the debug checks are on: carved with a canary
-    /// after it from the locked region (or a dedicated chunk), and recorded.
+    /// Every request when the debug checks are on: carved, with a canary
+    /// after it, from the thread's region (or a dedicated chunk), and
+    /// recorded under the lock.
     #[cold]
     #[inline(never)]
-    fn allocate_checked(&self, shared: &mut Shared, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+    fn allocate_checked(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         if layout.size() == 0 {
             // Nothing to overflow into: a dangling pointer, counted.
-            shared.totals.allocations += 1;
+            self.lock().totals.allocations += 1;
             return Ok(dangling(layout));
         }
         let padded = DebugState::padded(layout).map_err(|e| self.books.past_any_size(layout, e))?;
+        let dedicated = layout.size() >= self.config.dedicated_from();
+        // Leased before the lock is taken: leasing may take it.
+        let region = if dedicated { None } else { Some(self.lease(padded)?) };
+        let mut shared = self.lock();
         shared.debug.reserve(layout)?;
-        let ptr = if layout.size() >= self.dedicated_from {
-            self.allocate_dedicated(shared, layout, CANARY_LEN)?.cast()
-        } else {
-            let locked = self.locked();
-            // SAFETY: the locked region, and the caller holds the lock.
-            let carved = unsafe { self.bump_or_grow(locked, padded, Some(shared)) };
-            let ptr = carved.map_err(|e| e.for_request(layout))?.cast();
-            // The region counted the canary as requested; the caller did not.
-            locked.count_request(-(CANARY_LEN as isize));
-            ptr
+        let ptr = match region {
+            None => self.allocate_dedicated(&mut shared, layout, CANARY_LEN)?.cast(),
+            Some(region) => {
+                // SAFETY: the calling thread leases `region` and holds the lock.
+                let carved = unsafe { self.bump_or_grow(region, padded, Some(&mut shared)) };
+                let ptr = carved.map_err(|e| e.for_request(layout))?.cast();
+                // The region counted the canary as requested; the caller did not.
+                region.count_request(-(CANARY_LEN as isize));
+                ptr
+            }
         };
         shared.debug.record(ptr, layout.size());
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// `reset` with several regions (or none), the debug checks, a retain
-    /// cap or dedicated chunks.
+    /// `reset` with several regions (or none), a region to settle, the
+    /// debug checks, a retain cap or dedicated chunks.
     #[inline(never)]
     fn reset_all(&mut self) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -532,19 +551,19 @@ impl CachingAllocator {
             shared.totals.canary_violations += shared.debug.recycle(0);
         }
         let mut live = shared.dedicated_live;
-        // SAFETY: as in `region`.
-        let debug = self.config.debug_checks.then_some(unsafe { self.locked.as_ref() });
         // The new window first: no thread's old token may lead into a region
         // this loop frees, even if something in it panicked.
         let window = self.window.next();
         let mine = lease::renew(self.id, window);
-        for region in regions(&shared.regions).chain(debug) {
+        for region in regions(&shared.regions) {
             let next = match mine {
                 Some((mine, me)) if mine == NonNull::from(region) => me,
                 _ => FREE,
             };
             // SAFETY: `&mut self`: no thread uses the region.
-            live += shared.totals.fold(unsafe { region.reset(&self.books, next) });
+            live += shared.totals.fold(unsafe { region.reset(next) });
+            // SAFETY: as above.
+            unsafe { region.settle(&self.books) };
         }
         while !shared.dedicated.is_empty() {
             shared.free_last_dedicated(&self.books);
@@ -573,19 +592,18 @@ impl CachingAllocator {
     }
 }
 
-// SAFETY: a region is bumped only by the thread that leases it (or, for the
-// locked region, under the lock), from chunks the region holds until
-// `reset`, `rewind`, `release`, `trim` (which frees only pages above every
-// cursor) or drop — all `&mut self` — so every pointer is disjoint from the
-// others, aligned (`Region::bump` pads to the alignment) and valid until
-// then. Dedicated chunks are held the same way.
+// SAFETY: a region is bumped only by the thread that leases it, from chunks
+// the region holds until `reset`, `rewind`, `release`, `trim` (which frees
+// only pages above every cursor) or drop — all `&mut self` — so every
+// pointer is disjoint from the others, aligned (`Region::bump` pads to the
+// alignment) and valid until then. Dedicated chunks are held the same way.
 unsafe impl TempAllocator for CachingAllocator {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         // Every miss is a tail call to the slow path, so the fast path saves
         // no registers.
         let (window, region) = lease::leased();
-        if window == self.window.current && layout.size() < self.dedicated_from {
+        if window == self.window.current && layout.size() < self.fast_below {
             // SAFETY: the calling thread leases the region it remembers under
             // this window's token (see `lease::leased`); the region is this
             // allocator's, alive while `&self` is.
@@ -599,13 +617,16 @@ unsafe impl TempAllocator for CachingAllocator {
     #[inline]
     fn reset(&mut self) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // The usual case, kept short: one region, settled (see
+        // `Region::settled`), nothing else to undo.
         let [only] = shared.regions[..] else {
             return self.reset_all();
         };
-        if self.config.debug_checks | self.config.retain.is_some() | !shared.dedicated.is_empty() {
+        let region = deref(&only);
+        // SAFETY: `&mut self`: no thread uses the region.
+        if !(self.plain_reset & shared.dedicated.is_empty() & unsafe { region.settled() }) {
             return self.reset_all();
         }
-        // The usual case, kept short: one thread allocates.
         // The new window first: no thread's old token may lead into a region
         // this frees, even if something in it panicked.
         let window = self.window.next();
@@ -614,7 +635,7 @@ unsafe impl TempAllocator for CachingAllocator {
             _ => FREE,
         };
         // SAFETY: `&mut self`: no thread uses the region.
-        let live = shared.totals.fold(unsafe { deref(&only).reset(&self.books, next) });
+        let live = shared.totals.fold(unsafe { region.reset(next) });
         shared.end_window(live);
     }
 
@@ -625,7 +646,7 @@ unsafe impl TempAllocator for CachingAllocator {
         // them in: what they hold is live, and requested.
         let (mut allocations, mut requested, mut live) =
             (t.allocations, t.bytes_requested, shared.dedicated_live);
-        for region in regions(&shared.regions).chain([self.locked()]) {
+        for region in regions(&shared.regions) {
             allocations += region.count() as u64;
             requested += region.live() as u64;
             live += region.live();
@@ -674,7 +695,7 @@ impl Drop for CachingAllocator {
     fn drop(&mut self) {
         self.release();
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        for region in shared.regions.drain(..).chain([self.locked]) {
+        for region in shared.regions.drain(..) {
             // SAFETY: every region came from `Region::try_new` and is freed
             // only here; `&mut self` means no reference to it is left (the
             // threads remember only pointers, never used again: their window

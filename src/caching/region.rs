@@ -130,8 +130,8 @@ impl Region {
     ///
     /// # Safety
     ///
-    /// The caller holds the lease (or the allocator's lock, for its locked
-    /// region): no other thread bumps the region meanwhile.
+    /// The caller holds the lease: no other thread bumps the region
+    /// meanwhile.
     #[inline(always)]
     pub(super) unsafe fn bump(&self, layout: Layout) -> Option<NonNull<u8>> {
         let hot = &self.hot;
@@ -231,9 +231,9 @@ impl Region {
     ///
     /// # Safety
     ///
-    /// The caller holds the region's lease (or the reclaiming lease, or the
-    /// lock for the locked region), or `&mut` to the allocator; and holds no
-    /// other result of `cold` for this region.
+    /// The caller holds the region's lease (or the reclaiming lease), or
+    /// `&mut` to the allocator; and holds no other result of `cold` for this
+    /// region.
     #[allow(clippy::mut_from_ref)]
     pub(super) unsafe fn cold(&self) -> (&Hot, &mut Cold) {
         // SAFETY: the caller's contract: no other thread can reach the cold
@@ -241,24 +241,32 @@ impl Region {
         (&self.hot, unsafe { &mut *self.cold.get() })
     }
 
-    /// Ends the window: back to the start of one chunk that holds the peak
-    /// (the others go back to the cache), then leased to `next` ([`FREE`],
-    /// or the resetting thread for its own region).
+    /// Whether a reset needs nothing of [`settle`](Self::settle): the
+    /// region has one chunk (or none), the usual case.
     ///
     /// # Safety
     ///
     /// `&mut` to the allocator.
     #[inline]
-    pub(super) unsafe fn reset(&self, books: &Books, next: u64) -> Folded {
+    pub(super) unsafe fn settled(&self) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe { self.cold() }.1.chunks.len() <= 1
+    }
+
+    /// Ends the window: the counters folded, back to the start of the
+    /// current chunk, leased to `next` ([`FREE`], or the resetting thread
+    /// for its own region). Then [`settle`](Self::settle), unless
+    /// [`settled`](Self::settled).
+    ///
+    /// # Safety
+    ///
+    /// `&mut` to the allocator.
+    #[inline]
+    pub(super) unsafe fn reset(&self, next: u64) -> Folded {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
         let folded = hot.fold(cold, 0);
-        match cold.chunks.as_slice() {
-            // The usual case: one chunk that holds the window.
-            [] => {}
-            [only] if only.capacity() >= cold.peak => hot.cursor.store(0, Relaxed),
-            _ => settle(hot, cold, books),
-        }
+        hot.cursor.store(0, Relaxed);
         self.owner.store(next, Release);
         folded
     }
@@ -284,6 +292,37 @@ impl Region {
             self.owner.store(next, Release);
         }
         folded
+    }
+
+    /// After a reset, for a region with several chunks (it moved this
+    /// window, or a rewind left some): it keeps the smallest chunk that holds
+    /// its peak — a heap block only if it is not much larger (at most a
+    /// quarter over the peak's size class, as the cache hands out), so a
+    /// block doubled to get through one window is not kept for good — or
+    /// none (its next request takes one sized to the peak), and gives the
+    /// others back. One chunk serves each window from then on.
+    ///
+    /// # Safety
+    ///
+    /// `&mut` to the allocator.
+    pub(super) unsafe fn settle(&self, books: &Books) {
+        // SAFETY: the caller's contract.
+        if unsafe { self.settled() } {
+            return;
+        }
+        // SAFETY: as above.
+        let (hot, cold) = unsafe { self.cold() };
+        let chunks = &mut cold.chunks;
+        let most = size_class(cold.peak).map_or(usize::MAX, |class| class + class / 4);
+        let keep = (0..chunks.len())
+            .filter(|&i| chunks[i].holds(cold.peak, most))
+            .min_by_key(|&i| chunks[i].capacity());
+        if let Some(i) = keep {
+            chunks.swap(0, i);
+        }
+        books.give_back_all(chunks, usize::from(keep.is_some()));
+        hot.install(chunks.first(), 0, 0, 0);
+        hot.sync_held(cold);
     }
 
     /// Gives back what is not in use — the chunks after the current one, the
@@ -313,7 +352,8 @@ impl Region {
     ///
     /// # Safety
     ///
-    /// `&mut` to the allocator, or a reclaiming lease; nothing in use.
+    /// `&mut` to the allocator, or the region's lease (a reclaiming one, or
+    /// the caller's own); nothing in use.
     pub(super) unsafe fn shed(&self, books: &Books, keep: Option<usize>) {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
@@ -377,31 +417,6 @@ impl Hot {
             live,
         }
     }
-}
-
-/// The reset of a region that moved this window, or whose chunk cannot hold
-/// its peak: it keeps the smallest chunk that holds the peak — a heap block
-/// only if it is not much larger (at most a quarter over the peak's size
-/// class, as the cache hands out), so a block doubled to get through one
-/// window is not kept for good — or none (its next request takes one sized
-/// to the peak), and gives the others back. One chunk serves each window
-/// from then on.
-#[cold]
-#[inline(never)]
-fn settle(hot: &Hot, cold: &mut Cold, books: &Books) {
-    let chunks = &mut cold.chunks;
-    let most = size_class(cold.peak).map_or(usize::MAX, |class| class + class / 4);
-    let fits = (0..chunks.len()).filter(|&i| match &chunks[i] {
-        Chunk::Mapped(m) => m.reserved() >= cold.peak,
-        Chunk::Heap(b) => (cold.peak..=most).contains(&b.size()),
-    });
-    let keep = fits.min_by_key(|&i| chunks[i].capacity());
-    if let Some(i) = keep {
-        chunks.swap(0, i);
-    }
-    books.give_back_all(chunks, usize::from(keep.is_some()));
-    hot.install(chunks.first(), 0, 0, 0);
-    hot.sync_held(cold);
 }
 
 /// Where the region's next chunk starts, for the peak: past what the

@@ -267,6 +267,26 @@ fn a_region_that_outgrew_its_reservation_takes_the_room_of_free_regions() {
 }
 
 #[test]
+fn the_requesters_idle_region_and_free_regions_make_room_together() {
+    // Heap blocks: the main thread's 256 KiB block and an exited worker's
+    // 256 KiB, under 1 MiB. After the reset the main thread (nothing in use
+    // yet) needs a block of about 900 KiB: neither its own block, which a
+    // move gives back anyway, nor the worker's FREE one makes room alone;
+    // together they do. (KiB at 4 KiB pages: the same page counts at any
+    // page size.)
+    let k = kib();
+    let mut temp = CachingAllocator::with_config(fast().reserve(None).max_bytes(Some(1024 * k)));
+    fill(KernelContext::new(&temp).allocate_temp(256 * k, 64).unwrap(), 1);
+    std::thread::scope(|s| {
+        s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(256 * k, 64).unwrap(), 2).len());
+    });
+    temp.reset();
+    let big = KernelContext::new(&temp).allocate_temp(900 * k, 64).map(|b| fill(b, 3).len());
+    assert_eq!(big, Ok(900 * k), "{}", temp.stats());
+    assert!(temp.stats().bytes_held <= 1024 * k);
+}
+
+#[test]
 fn a_probe_that_cannot_fit_strips_nothing() {
     // A kernel probes for a workspace that giving back every FREE region
     // could not make room for (far over the limit, or just under it), then

@@ -28,6 +28,34 @@ thread_local! {
     };
 }
 
+thread_local! {
+    /// Allocations this thread may still make before every later one fails
+    /// (`u64::MAX`: none fails).
+    static ALLOWED: Cell<u64> = const { Cell::new(u64::MAX) };
+}
+
+/// Runs `f` with the calling thread's allocations failing from the
+/// `n`th on (1 is the first), as the system's do when memory runs out.
+pub(crate) fn failing_from<R>(n: u64, f: impl FnOnce() -> R) -> R {
+    ALLOWED.with(|a| a.set(n.saturating_sub(1)));
+    let r = f();
+    ALLOWED.with(|a| a.set(u64::MAX));
+    r
+}
+
+/// Whether the system "has no memory" for this allocation.
+fn out_of_memory() -> bool {
+    let due = |a: &Cell<u64>| match a.get() {
+        0 => true,
+        u64::MAX => false,
+        left => {
+            a.set(left - 1);
+            false
+        }
+    };
+    ALLOWED.try_with(due).unwrap_or(false)
+}
+
 fn count(f: impl FnOnce(&mut Counts)) {
     let _ = COUNTS.try_with(|c| {
         let mut counts = c.get();
@@ -59,15 +87,22 @@ fn freed(size: usize) {
     });
 }
 
-// SAFETY: every call is forwarded to `System` with the same arguments; the
-// counting touches only a thread-local `Cell` and never allocates.
+// SAFETY: every call is forwarded to `System` with the same arguments, or
+// fails as `System` may (null, nothing allocated); the counting touches only
+// thread-local `Cell`s and never allocates.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if out_of_memory() {
+            return std::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         allocated(unsafe { System.alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if out_of_memory() {
+            return std::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         allocated(unsafe { System.alloc_zeroed(layout) }, layout.size())
     }
@@ -79,6 +114,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if out_of_memory() {
+            return std::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {

@@ -286,3 +286,59 @@ fn a_failed_block_allocation_leaves_earlier_buffers_intact() {
         assert_eq!(temp.stats().bytes_requested, 4000 + big as u64);
     }
 }
+
+/// The allocator's own books, when the global allocator has no memory: an
+/// `OutOfMemory` error, never an abort, and the allocator works once
+/// memory is back.
+mod the_books {
+    use super::*;
+    use crate::counting::failing_from;
+
+    #[test]
+    fn a_constructor_without_memory_is_an_error() {
+        let cache = Arc::new(BlockCache::with_idle_budget(0));
+        let mut failed = 0;
+        for n in 1.. {
+            let made = failing_from(n, || CachingAllocator::try_with_cache(Arc::clone(&cache), CachingConfig::default()));
+            match made {
+                Err(Error::OutOfMemory { size, .. }) => assert!(size > 0),
+                Err(e) => panic!("allocation {n}: {e}"),
+                Ok(temp) => {
+                    KernelContext::new(&temp).scratch::<u8>(100).unwrap();
+                    break;
+                }
+            }
+            failed += 1;
+        }
+        assert!(failed > 0, "the constructor made no allocation to fail");
+    }
+
+    #[test]
+    fn a_new_region_without_memory_is_an_error() {
+        for config in [CachingConfig::default(), CachingConfig::default().reserve(None)] {
+            for debug_checks in [false, true] {
+                let mut temp = CachingAllocator::with_config(config.debug_checks(debug_checks));
+                let ctx = KernelContext::new(&temp);
+                let refused = failing_from(1, || ctx.allocate_temp(100, 64).map(|b| b.len()));
+                assert!(matches!(refused, Err(Error::OutOfMemory { .. })), "{refused:?}");
+                let a = fill(ctx.allocate_temp(100, 64).unwrap(), 1);
+                check(a, 1);
+                temp.reset();
+            }
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_past_the_books_without_memory_is_an_error() {
+        let mut temp = CachingAllocator::with_config(CachingConfig::default());
+        KernelContext::new(&temp).scratch::<u8>(100).unwrap();
+        let open: Vec<_> = (0..8).map(|_| temp.checkpoint().unwrap()).collect();
+        let ninth = failing_from(1, || temp.checkpoint());
+        assert!(matches!(ninth, Err(Error::OutOfMemory { .. })), "{ninth:?}");
+        let ninth = temp.checkpoint().unwrap();
+        temp.rewind(ninth).unwrap();
+        for cp in open.into_iter().rev() {
+            temp.rewind(cp).unwrap();
+        }
+    }
+}
