@@ -32,6 +32,11 @@ count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="hot_path_instructions::$1" \
         "$bin" "${@:2}" 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
+# The reset alone: the function itself (the harness's `resets` calls it,
+# out of line, once per request), slow path included when it is taken.
+reset_alone=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    --toggle-collect='<tempalloc::caching::CachingAllocator as tempalloc::temp::TempAllocator>::reset' \
+    "$bin" 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
 ctx=$(count through_kernel_context)
 bump=$(count through_bumpalo)
 fixed=$(count through_kernel_context fixed)
@@ -43,3 +48,4 @@ printf '%-42s %8.2fx\n' "ratio" "$(echo "$ctx / $bump" | bc -l)"
 printf '%-42s %8.1f\n' "KernelContext::allocate_temp (fixed, Sync)" "$(echo "$fixed / $n / 3" | bc -l)"
 printf '%-42s %8.2fx\n' "ratio (fixed / bumpalo)" "$(echo "$fixed / $bump" | bc -l)"
 printf '%-42s %8.1f\n' "a request and a reset (caching)" "$(echo "$reset / $n" | bc -l)"
+printf '%-42s %8.1f\n' "the reset alone (caching, one region)" "$(echo "$reset_alone / $n" | bc -l)"

@@ -206,26 +206,25 @@ impl Region {
         let fresh = current == 0 && cursor == 0;
         // No overflow: `Layout` keeps `size + align` within `isize::MAX`.
         let bytes = layout.size() + layout.align().saturating_sub(page_size());
-        let (mut end, mut least) = (None, None);
+        let (mut end, mut in_place, mut double) = (None, 0, 0);
         match cold.chunks.get(current) {
             Some(Chunk::Mapped(m)) => {
                 let pad = m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
                 // No overflow, as above.
                 end = Some(cursor + pad + layout.size()).filter(|&end| end <= m.reserved());
-                least = end.map(|end| end.next_multiple_of(page_size()) - m.committed());
+                in_place = end.map_or(0, |end| end.next_multiple_of(page_size()) - m.committed());
             }
             // A heap region that fills doubles, so a window chains few blocks.
-            Some(Chunk::Heap(b)) if !fresh => least = Some(2 * b.size()),
+            Some(Chunk::Heap(b)) if !fresh => double = 2 * b.size(),
             _ => {}
         }
-        let double = if end.is_none() { least.unwrap_or(0) } else { 0 };
         let new_chunk = || chunk_size(bytes, config.reserve.is_some()).unwrap_or(usize::MAX);
         Need {
             layout,
             bytes,
             end,
             want: bytes.max(config.min_block_size).max(cold.peak).max(double),
-            least: if end.is_some() { least.unwrap_or(0) } else { new_chunk() },
+            least: if end.is_some() { in_place } else { new_chunk() },
             fresh,
         }
     }
