@@ -1,6 +1,7 @@
 //! A counting global allocator, installed for the whole test binary. The
 //! counts are per thread (tests run in parallel on threads of their own), so
-//! a test sees only its own allocations.
+//! a test sees only its own allocations. It can also refuse a thread's
+//! allocations ([`NoMemory`]), as a system out of memory does.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -26,6 +27,35 @@ thread_local! {
     static COUNTS: Cell<Counts> = const {
         Cell::new(Counts { allocs: 0, frees: 0, bytes_allocated: 0, bytes_freed: 0 })
     };
+}
+
+thread_local! {
+    /// Whether this thread's allocations are refused (see [`NoMemory`]).
+    static REFUSING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While it lives, every allocation the calling thread asks of the global
+/// allocator fails (null, as when the system has no memory left), so a
+/// test can check that code which must not abort then does not. Anything
+/// that allocates while it lives (a failing assertion's message included)
+/// gets the failure too: test with it, assert after it.
+pub(crate) struct NoMemory(());
+
+impl NoMemory {
+    pub(crate) fn on_this_thread() -> NoMemory {
+        REFUSING.with(|r| r.set(true));
+        NoMemory(())
+    }
+}
+
+impl Drop for NoMemory {
+    fn drop(&mut self) {
+        REFUSING.with(|r| r.set(false));
+    }
+}
+
+fn refusing() -> bool {
+    REFUSING.try_with(Cell::get).unwrap_or(false)
 }
 
 fn count(f: impl FnOnce(&mut Counts)) {
@@ -59,15 +89,23 @@ fn freed(size: usize) {
     });
 }
 
-// SAFETY: every call is forwarded to `System` with the same arguments; the
-// counting touches only a thread-local `Cell` and never allocates.
+// SAFETY: every call is forwarded to `System` with the same arguments, or
+// refused with null (which `GlobalAlloc` allows: the caller keeps what it
+// had); the counting and the refusal touch only thread-local `Cell`s and
+// never allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if refusing() {
+            return core::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         allocated(unsafe { System.alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if refusing() {
+            return core::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         allocated(unsafe { System.alloc_zeroed(layout) }, layout.size())
     }
@@ -79,6 +117,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if refusing() {
+            return core::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
