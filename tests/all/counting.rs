@@ -38,9 +38,12 @@ thread_local! {
 /// allocator fails (null, as when the system has no memory left), so a
 /// test can check that code which must not abort then does not. Anything
 /// that allocates while it lives (a failing assertion's message included)
-/// gets the failure too: test with it, assert after it.
+/// gets the failure too: test with it, assert after it. Only the `std`
+/// modules (the recorder's log) use it.
+#[cfg(feature = "std")]
 pub(crate) struct NoMemory(());
 
+#[cfg(feature = "std")]
 impl NoMemory {
     pub(crate) fn on_this_thread() -> NoMemory {
         REFUSING.with(|r| r.set(true));
@@ -48,6 +51,7 @@ impl NoMemory {
     }
 }
 
+#[cfg(feature = "std")]
 impl Drop for NoMemory {
     fn drop(&mut self) {
         REFUSING.with(|r| r.set(false));
