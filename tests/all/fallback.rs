@@ -1,10 +1,10 @@
 //! Where no address space can be reserved (`CachingConfig::reserve(None)`,
-//! a reservation the system refuses, Miri, `ulimit -v`, `TEMPALLOC_RESERVE=off`),
-//! regions are heap
-//! blocks: every test here shows, through `CacheStats::heap_blocks` and
-//! `reservations`, that the fallback happened, and that it keeps the
-//! promises: every request served, aligned and disjoint, and one block per
-//! region sized to its peak once the windows repeat, in frames too.
+//! a reservation the system refuses, Miri, `ulimit -v`,
+//! `TEMPALLOC_RESERVE=off`), regions are heap blocks: every test here shows,
+//! through `CacheStats::heap_blocks` and `reservations`, that the fallback
+//! happened, and that it keeps the promises: every request served, aligned
+//! and disjoint, and one block per region sized to its peak once the
+//! windows repeat, in frames too.
 
 use tempalloc::testing::{SystemCall, refuse_system_calls};
 use tempalloc::{CacheStats, CachingAllocator, KernelContext, TempAllocator};
