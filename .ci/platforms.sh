@@ -13,6 +13,8 @@
 #   shim     the OS tests under an LD_PRELOAD shim that makes the system calls
 #            act like a 16 KiB and a 64 KiB page kernel
 #   ulimit   the OS tests in a 4 GB address space (ulimit -v)
+#   fallback the OS tests with every reservation refused (TEMPALLOC_RESERVE=off):
+#            heap blocks everywhere, as where nothing can be reserved
 #
 # Every step installs what it lacks (rustup targets, Debian packages, qemu
 # into target/) and is quick when it is there. Downloads and built files go
@@ -261,10 +263,22 @@ step_ulimit() {
     (ulimit -v 4000000 && run_os_tests)
 }
 
+# The heap-block fallback of the platforms without reservations (wasm, and
+# wherever the system refuses them) for every OS test: TEMPALLOC_RESERVE=off
+# makes every reservation refused, as the system refuses one, so every region
+# runs on heap blocks; each test asserts what the fallback promises where
+# its promise is a mapped region's (tests/all/scenarios.rs, `mapped`), and
+# `fallback::tempalloc_reserve_off_refuses_every_reservation` fails unless
+# the variable was honoured.
+step_fallback() {
+    export TEMPALLOC_RESERVE=off
+    run_os_tests
+}
+
 # ---------------------------------------------------------------- main
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(checks windows aarch64 pages shim ulimit)
+[ ${#steps[@]} -gt 0 ] || steps=(checks windows aarch64 pages shim ulimit fallback)
 for s in "${steps[@]}"; do
     declare -F "step_$s" >/dev/null || { echo "platforms.sh: no step '$s'" >&2; exit 2; }
 done

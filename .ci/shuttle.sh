@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The lease protocol's model (tests/shuttle_lease.rs) under shuttle's random
 # and PCT schedulers, TEMPALLOC_SHUTTLE_ITERATIONS schedules each (100 000
-# here; `cargo test` alone runs 2 000), and the planted bugs it must catch.
+# here; `cargo test` alone runs 10 000), and the planted bugs it must catch.
 # Reuses the test build of `cargo test`: shuttle's own crates are optimised
 # in test builds (Cargo.toml), so this takes about half a minute on 2 cores.
 set -euo pipefail

@@ -45,12 +45,16 @@ typedef struct tempalloc_config {
    */
   size_t max_cached_bytes;
   /**
-   * Hard limit on the bytes the allocator's own cache takes from the
-   * system; 0 means no limit. Ignored with a shared cache.
+   * Hard limit on all memory the allocator takes from the system; 0
+   * means no limit. Honoured with a shared cache too: the allocator's own
+   * limit within the cache's (a session's cap within the sessions'
+   * budget). See [`CachingConfig::max_bytes`] for the rule it serves.
    */
   size_t max_bytes;
   /**
-   * Size of a thread's first block; 0 means the default (64 KiB).
+   * The least memory a thread's region makes usable when it takes a
+   * chunk (its first commit, or heap block); 0, the default, means what
+   * the region's first request needs, in whole pages.
    */
   size_t min_block_size;
   /**
@@ -64,8 +68,10 @@ typedef struct tempalloc_config {
    */
   uint8_t prefault;
   /**
-   * 1: ask for transparent huge pages on blocks of 2 MiB and more
-   * (Linux); 0: don't. Any other value is an error.
+   * 1: align reservations (and blocks of a huge page and more) to the
+   * transparent huge page size the kernel reports and ask for huge pages
+   * on them (Linux and Android; 2 MiB at 4 KiB pages); 0: don't. Any
+   * other value is an error.
    */
   uint8_t huge_pages;
   /**
@@ -283,7 +289,9 @@ extern "C" {
 
 /**
  * The configuration [`CachingAllocator::new`] uses: no idle budget, no hard
- * limit, 64 KiB first blocks, no dedicated blocks, no prefault, no huge pages.
+ * limit, first commits sized to the first request (`min_block_size` 0), no
+ * dedicated blocks, no prefault, no huge pages, debug checks as the
+ * library was built (on in debug builds).
  *
  * Thread safety: any thread, any time.
  */
@@ -483,10 +491,12 @@ tempalloc_block_cache *tempalloc_block_cache_create(size_t max_cached_bytes,
 void tempalloc_block_cache_destroy(tempalloc_block_cache *cache);
 
 /**
- * Frees idle blocks, least recently used first, until at most
- * `target_bytes` are idle. Returns the bytes freed and stores the status in
- * `*error` (`error` may be NULL): [`TEMPALLOC_ERROR_NULL_ARGUMENT`] (and 0)
- * for a NULL `cache`.
+ * Evicts idle memory ([`BlockCache::evict_idle`]): frees what the cache
+ * keeps idle, least recently given back first, until at most
+ * `target_bytes` are idle (0: all of it, for a memory warning). Memory the
+ * allocators hold is not touched. Returns the bytes freed and stores the
+ * status in `*error` (`error` may be NULL):
+ * [`TEMPALLOC_ERROR_NULL_ARGUMENT`] (and 0) for a NULL `cache`.
  *
  * Thread safety: any thread, concurrently with anything but the handle's
  * destroy (the cache locks internally).
@@ -495,22 +505,9 @@ void tempalloc_block_cache_destroy(tempalloc_block_cache *cache);
  *
  * `cache` is NULL or a live handle; `error` is NULL or valid for a write.
  */
-size_t tempalloc_block_cache_trim(const tempalloc_block_cache *cache,
-                                  size_t target_bytes,
-                                  tempalloc_error *error);
-
-/**
- * Frees every idle block; [`tempalloc_block_cache_trim`] with a target of 0.
- * Returns the bytes freed; the status goes to `*error` as there.
- *
- * Thread safety: as [`tempalloc_block_cache_trim`].
- *
- * # Safety
- *
- * `cache` is NULL or a live handle; `error` is NULL or valid for a write.
- */
-size_t tempalloc_block_cache_release_all(const tempalloc_block_cache *cache,
-                                         tempalloc_error *error);
+size_t tempalloc_block_cache_evict_idle(const tempalloc_block_cache *cache,
+                                        size_t target_bytes,
+                                        tempalloc_error *error);
 
 /**
  * Writes the cache's counters to `*out`: system allocations and frees,

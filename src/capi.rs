@@ -106,10 +106,14 @@ pub struct tempalloc_config {
     /// keeps for reuse after a release rather than give back to the system.
     /// Ignored with a shared cache.
     pub max_cached_bytes: usize,
-    /// Hard limit on the bytes the allocator's own cache takes from the
-    /// system; 0 means no limit. Ignored with a shared cache.
+    /// Hard limit on all memory the allocator takes from the system; 0
+    /// means no limit. Honoured with a shared cache too: the allocator's own
+    /// limit within the cache's (a session's cap within the sessions'
+    /// budget). See [`CachingConfig::max_bytes`] for the rule it serves.
     pub max_bytes: usize,
-    /// Size of a thread's first block; 0 means the default (64 KiB).
+    /// The least memory a thread's region makes usable when it takes a
+    /// chunk (its first commit, or heap block); 0, the default, means what
+    /// the region's first request needs, in whole pages.
     pub min_block_size: usize,
     /// Requests of at least this many bytes get a block of their own; 0
     /// means never.
@@ -117,8 +121,10 @@ pub struct tempalloc_config {
     /// 1: touch every page of a new block when it is taken from the system;
     /// 0: don't. Any other value is [`TEMPALLOC_ERROR_INVALID_ARGUMENT`].
     pub prefault: u8,
-    /// 1: ask for transparent huge pages on blocks of 2 MiB and more
-    /// (Linux); 0: don't. Any other value is an error.
+    /// 1: align reservations (and blocks of a huge page and more) to the
+    /// transparent huge page size the kernel reports and ask for huge pages
+    /// on them (Linux and Android; 2 MiB at 4 KiB pages); 0: don't. Any
+    /// other value is an error.
     pub huge_pages: u8,
     /// 1: canaries after every buffer and poison on reset, checked by
     /// [`tempalloc_check`] and at every reset (slower); 0: off. The default
@@ -336,7 +342,9 @@ fn status<T>(result: Result<T, tempalloc_error>, out: Option<&mut T>) -> tempall
 }
 
 /// The configuration [`CachingAllocator::new`] uses: no idle budget, no hard
-/// limit, 64 KiB first blocks, no dedicated blocks, no prefault, no huge pages.
+/// limit, first commits sized to the first request (`min_block_size` 0), no
+/// dedicated blocks, no prefault, no huge pages, debug checks as the
+/// library was built (on in debug builds).
 ///
 /// Thread safety: any thread, any time.
 #[unsafe(no_mangle)]
@@ -723,10 +731,12 @@ pub unsafe extern "C" fn tempalloc_block_cache_destroy(cache: *mut tempalloc_blo
     unsafe { handles::destroy(cache) };
 }
 
-/// Frees idle blocks, least recently used first, until at most
-/// `target_bytes` are idle. Returns the bytes freed and stores the status in
-/// `*error` (`error` may be NULL): [`TEMPALLOC_ERROR_NULL_ARGUMENT`] (and 0)
-/// for a NULL `cache`.
+/// Evicts idle memory ([`BlockCache::evict_idle`]): frees what the cache
+/// keeps idle, least recently given back first, until at most
+/// `target_bytes` are idle (0: all of it, for a memory warning). Memory the
+/// allocators hold is not touched. Returns the bytes freed and stores the
+/// status in `*error` (`error` may be NULL):
+/// [`TEMPALLOC_ERROR_NULL_ARGUMENT`] (and 0) for a NULL `cache`.
 ///
 /// Thread safety: any thread, concurrently with anything but the handle's
 /// destroy (the cache locks internally).
@@ -735,7 +745,7 @@ pub unsafe extern "C" fn tempalloc_block_cache_destroy(cache: *mut tempalloc_blo
 ///
 /// `cache` is NULL or a live handle; `error` is NULL or valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn tempalloc_block_cache_trim(
+pub unsafe extern "C" fn tempalloc_block_cache_evict_idle(
     cache: *const tempalloc_block_cache,
     target_bytes: usize,
     error: *mut tempalloc_error,
@@ -747,23 +757,6 @@ pub unsafe extern "C" fn tempalloc_block_cache_trim(
     // SAFETY: the caller guarantees `error` is NULL or writable.
     unsafe { put(error, code) };
     freed
-}
-
-/// Frees every idle block; [`tempalloc_block_cache_trim`] with a target of 0.
-/// Returns the bytes freed; the status goes to `*error` as there.
-///
-/// Thread safety: as [`tempalloc_block_cache_trim`].
-///
-/// # Safety
-///
-/// `cache` is NULL or a live handle; `error` is NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn tempalloc_block_cache_release_all(
-    cache: *const tempalloc_block_cache,
-    error: *mut tempalloc_error,
-) -> usize {
-    // SAFETY: the caller's guarantees are this function's.
-    unsafe { tempalloc_block_cache_trim(cache, 0, error) }
 }
 
 /// Writes the cache's counters to `*out`: system allocations and frees,

@@ -517,6 +517,40 @@ impl<'f, A: Rewind> Frame<'f, A> {
     /// });
     /// assert_eq!(r, Err(Error::FrameSuspended { depth: 1, open: 2 }));
     /// ```
+    ///
+    /// What it backs cannot outlive the frame, whose end recycles it: a
+    /// collection returned from the frame does not compile,
+    ///
+    /// ```compile_fail
+    /// use tempalloc::{CachingAllocator, Error, FrameVec, ScratchVecExt};
+    ///
+    /// let mut temp = CachingAllocator::new();
+    /// let tokens = temp.frame(|inf| {
+    ///     let mut tokens = FrameVec::new_in(inf.allocator());
+    ///     tokens.try_push(1u32)?;
+    ///     Ok::<_, Error>(tokens) // error: lifetime may not live long enough
+    /// })?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
+    /// nor one kept past the nested frame that backs it:
+    ///
+    /// ```compile_fail,E0521
+    /// use tempalloc::{CachingAllocator, Error, FrameVec, ScratchVecExt};
+    ///
+    /// let mut temp = CachingAllocator::new();
+    /// temp.frame(|inf| {
+    ///     let mut kept = None;
+    ///     inf.frame(|layer| {
+    ///         let mut v = FrameVec::new_in(layer.allocator());
+    ///         v.try_push(1u8)?;
+    ///         kept = Some(v); // error: borrowed data escapes outside of closure
+    ///         Ok::<_, Error>(())
+    ///     })?;
+    ///     Ok::<_, Error>(kept.map_or(0, |v| v.len()))
+    /// })?;
+    /// # Ok::<(), Error>(())
+    /// ```
     #[inline]
     pub fn allocator(&self) -> FrameAllocator<'f> {
         FrameAllocator { state: self.state }

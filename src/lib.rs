@@ -214,3 +214,32 @@ struct ReadmeDoctests;
 /// ```
 #[cfg(doctest)]
 struct RemovedItems;
+
+/// A `BlockCache` evicts idle memory with `evict_idle`: its `trim` (a verb
+/// `CachingAllocator::trim`, which decommits pages, keeps) and
+/// `release_all` (`evict_idle(0)`) are gone (issue 20):
+///
+/// ```compile_fail,E0599
+/// let cache = tempalloc::BlockCache::with_idle_budget(0);
+/// cache.trim(0);
+/// ```
+///
+/// ```compile_fail,E0599
+/// let cache = tempalloc::BlockCache::with_idle_budget(0);
+/// cache.release_all();
+/// ```
+#[cfg(all(doctest, feature = "std"))]
+struct RemovedCacheItems;
+
+/// The C API says it the same way: `tempalloc_block_cache_evict_idle`, and
+/// no `_trim` or `_release_all`:
+///
+/// ```compile_fail,E0432
+/// use tempalloc::capi::tempalloc_block_cache_trim;
+/// ```
+///
+/// ```compile_fail,E0432
+/// use tempalloc::capi::tempalloc_block_cache_release_all;
+/// ```
+#[cfg(all(doctest, feature = "capi"))]
+struct RemovedCapiItems;

@@ -19,11 +19,16 @@
 //! thin `sys` layer below: whole pages of [`page_size`] (the raw reservation
 //! itself: whole pages of the system's page, which is the same unless
 //! `TEMPALLOC_PAGE_SIZE` raised [`page_size`]).
+//!
+//! Two environment variables, read once each, are test aids: one raises
+//! the page size (`TEMPALLOC_PAGE_SIZE`), the other refuses every
+//! reservation (`TEMPALLOC_RESERVE=off`), so the whole test suite runs on
+//! the heap-block fallback of the platforms without reservations.
 
 use core::cell::Cell;
 use core::ffi::CStr;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 use crate::testing::SystemCall;
 
@@ -35,6 +40,11 @@ mod imp;
 /// The environment variable that raises the page size (a test aid: run the
 /// allocator on this machine as if on a 16 KiB or 64 KiB kernel).
 const PAGE_SIZE_VAR: &CStr = c"TEMPALLOC_PAGE_SIZE";
+
+/// The environment variable that refuses every reservation when it is
+/// `off` (a test aid: run the allocator on this machine as where nothing
+/// can be reserved, on heap blocks).
+const RESERVE_VAR: &CStr = c"TEMPALLOC_RESERVE";
 
 /// The largest page `TEMPALLOC_PAGE_SIZE` may ask for: the largest base page
 /// of any kernel the crate targets is 64 KiB; 1 MiB leaves room to test past it.
@@ -108,6 +118,31 @@ fn parse_decimal(digits: &[u8]) -> Option<usize> {
         let d = d.checked_sub(b'0').filter(|&d| d <= 9)?;
         n.checked_mul(10)?.checked_add(usize::from(d))
     })
+}
+
+/// Whether `TEMPALLOC_RESERVE=off` refuses every reservation: 0 until read,
+/// 1 no, 2 yes.
+static RESERVE_OFF: AtomicU8 = AtomicU8::new(0);
+
+/// Whether every reservation is refused, as the system refuses one it
+/// cannot make: `TEMPALLOC_RESERVE` is `off` (read once per process, without
+/// allocating, like `TEMPALLOC_PAGE_SIZE`). Regions then run on heap blocks,
+/// as on the platforms without reservations.
+fn reservations_refused() -> bool {
+    match RESERVE_OFF.load(Relaxed) {
+        0 => {
+            let off = imp::with_var(RESERVE_VAR, reserve_off_from).unwrap_or(false);
+            RESERVE_OFF.store(if off { 2 } else { 1 }, Relaxed);
+            off
+        }
+        read => read == 2,
+    }
+}
+
+/// Whether a `TEMPALLOC_RESERVE` of `value` refuses reservations: only
+/// `off` does (any other value is ignored, never an error: a test aid).
+fn reserve_off_from(value: &[u8]) -> bool {
+    value == b"off"
 }
 
 /// The transparent huge page size where the hint applies: on Linux and
@@ -448,7 +483,7 @@ pub(crate) unsafe fn advise_huge_pages(start: NonNull<u8>, len: usize) {
 mod sys {
     use core::ptr::NonNull;
 
-    use super::{SystemCall, imp, page_size, refused, system_page_size};
+    use super::{SystemCall, imp, page_size, refused, reservations_refused, system_page_size};
 
     /// Every address and length handed to the system: whole pages of `unit`.
     fn check(start: usize, len: usize, unit: usize) {
@@ -461,7 +496,7 @@ mod sys {
     /// Reserves `len` bytes (whole system pages), inaccessible.
     pub(super) fn reserve(len: usize) -> Option<NonNull<u8>> {
         check(0, len, system_page_size());
-        if refused(SystemCall::Reserve) {
+        if refused(SystemCall::Reserve) || reservations_refused() {
             return None;
         }
         let map = imp::reserve(len)?;
@@ -576,15 +611,21 @@ fn refused(call: SystemCall) -> bool {
 mod tests {
     use super::*;
 
+    /// Whether reservations can be had: a platform with them, and
+    /// `TEMPALLOC_RESERVE=off` not set (under it every one is refused).
+    fn reserves() -> bool {
+        imp::RESERVES && !reservations_refused()
+    }
+
     /// A reservation of `bytes` (at least `at_least`) through `space`, or
-    /// `None`, which only a platform without reservations may answer.
+    /// `None`, which only where nothing can be reserved may answer.
     fn reserve_in(
         space: &'static AddressSpace,
         bytes: usize,
         at_least: usize,
     ) -> Option<Mapping> {
         let m = Mapping::reserve_in(space, bytes, at_least, false);
-        assert_eq!(m.is_some(), imp::RESERVES, "reservations on this platform");
+        assert_eq!(m.is_some(), reserves(), "reservations on this platform");
         m
     }
 
@@ -655,11 +696,19 @@ mod tests {
     }
 
     #[test]
+    fn only_off_refuses_every_reservation() {
+        assert!(reserve_off_from(b"off"));
+        for value in ["", "on", "OFF", "off ", "0", "no", "false"] {
+            assert!(!reserve_off_from(value.as_bytes()), "TEMPALLOC_RESERVE={value:?}");
+        }
+    }
+
+    #[test]
     fn no_reservations_under_miri_or_without_a_backend() {
         assert_eq!(imp::RESERVES, cfg!(all(any(unix, windows), not(miri))));
         let m = Mapping::reserve(1 << 20, 1, false);
-        assert_eq!(m.is_some(), imp::RESERVES);
-        assert_eq!(Mapping::reserve(1 << 20, 1, true).is_some(), imp::RESERVES);
+        assert_eq!(m.is_some(), reserves());
+        assert_eq!(Mapping::reserve(1 << 20, 1, true).is_some(), reserves());
     }
 
     #[test]
@@ -685,7 +734,7 @@ mod tests {
     fn huge_reservations_are_aligned_to_the_huge_page() {
         let page = page_size();
         let m = Mapping::reserve(3 * page, page, true);
-        assert_eq!(m.is_some(), imp::RESERVES);
+        assert_eq!(m.is_some(), reserves());
         let Some(m) = m else {
             return;
         };
@@ -772,18 +821,18 @@ mod tests {
         refuse(SystemCall::Reserve, 0, 3);
         // 64 pages, 32, 16 refused; 8 served.
         let m = reserve(64 * page, 5 * page);
-        assert_eq!(m.map(|m| m.reserved()), imp::RESERVES.then_some(8 * page));
+        assert_eq!(m.map(|m| m.reserved()), reserves().then_some(8 * page));
         // Halving stops at `at_least` (rounded up to pages), never below.
         refuse(SystemCall::Reserve, 0, 3);
         let m = reserve(64 * page, 12 * page - 1);
-        assert_eq!(m.map(|m| m.reserved()), imp::RESERVES.then_some(12 * page));
+        assert_eq!(m.map(|m| m.reserved()), reserves().then_some(12 * page));
         // Refused at `at_least` too: `None`, and callers use heap blocks.
         refuse(SystemCall::Reserve, 0, 3);
-        if imp::RESERVES {
+        if reserves() {
             assert!(Mapping::reserve(64 * page, 16 * page, false).is_none());
         }
         refuse(SystemCall::Reserve, 0, 0);
-        assert_eq!(reserve(64 * page, 1).map(|m| m.reserved()), imp::RESERVES.then_some(64 * page));
+        assert_eq!(reserve(64 * page, 1).map(|m| m.reserved()), reserves().then_some(64 * page));
     }
 
     #[test]
@@ -791,17 +840,17 @@ mod tests {
         let _clear = Clear;
         let page = page_size();
         refuse(SystemCall::Reserve, 0, u32::MAX);
-        if imp::RESERVES {
+        if reserves() {
             assert!(Mapping::reserve(page, 1, false).is_none());
         }
         let there = std::thread::spawn(move || reserve(page, 1).map(|m| m.reserved()));
-        assert_eq!(there.join().unwrap(), imp::RESERVES.then_some(page));
+        assert_eq!(there.join().unwrap(), reserves().then_some(page));
     }
 
     #[test]
     fn the_limit_counts_every_reservation_and_halves_one_that_passes_it() {
         let page = page_size();
-        if !imp::RESERVES {
+        if !reserves() {
             // Nothing to count (and a limit leaked for nothing: Miri says so).
             assert!(reserve(64 * page, page).is_none());
             return;

@@ -23,18 +23,28 @@ use crate::{Error, Rewind, Stats, TempAllocator};
 /// allocator is; the order of concurrent requests is the order they took the
 /// log's lock.
 ///
+/// Recording never aborts the runtime, and a trace is never silently
+/// incomplete. A request, checkpoint or rewind the log cannot grow for is
+/// [`Error::OutOfMemory`] and is not passed on. Each one it records also
+/// keeps room in the log for the reset or inference end that follows, which
+/// cannot fail (`reset` returns nothing), so that one is recorded even when
+/// memory ran out after the request. A reset or inference end that finds no
+/// room (several in a row with no memory left) still resets the inner
+/// allocator, and from then on [`trace`](Self::trace) returns the error,
+/// not a trace without it.
+///
 /// ```
 /// use tempalloc::{with_context, MallocAllocator, RecordingAllocator, TempAllocator};
 ///
 /// let mut temp = RecordingAllocator::new(MallocAllocator::new());
 /// with_context(&mut temp, |ctx| ctx.scratch::<f32>(256).map(|_| ()))?;
 /// temp.mark_inference();
-/// assert_eq!(temp.trace().to_string(), "a 1024 4\nr\ni\n");
+/// assert_eq!(temp.trace()?.to_string(), "a 1024 4\nr\ni\n");
 ///
 /// // Replaying the recording asks another allocator for the same thing.
 /// let (_malloc, trace) = temp.into_parts();
 /// let mut other = tempalloc::BumpAllocator::new();
-/// trace.replay(&mut other)?;
+/// trace?.replay(&mut other)?;
 /// assert_eq!((other.stats().allocations, other.stats().bytes_requested), (1, 1024));
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
@@ -47,6 +57,8 @@ pub struct RecordingAllocator<A> {
 /// The recorded events, and which thread asked last.
 #[derive(Debug, Default)]
 struct Log {
+    /// Capacity beyond the length is the room kept for the next reset or
+    /// inference end (see [`Log::make_room`]).
     events: Vec<Event>,
     /// Every thread that asked, in the order first seen: index = `t` id.
     threads: Vec<ThreadId>,
@@ -54,15 +66,58 @@ struct Log {
     current: u32,
     /// The next checkpoint's id.
     checkpoints: u64,
+    /// Why the first reset or inference end that could not be recorded was
+    /// lost: the trace is incomplete from there on.
+    lost: Option<Error>,
 }
 
 impl Log {
-    /// Room for one more event, or [`Error::OutOfMemory`]: the log must not
-    /// abort a runtime that is being recorded.
-    fn reserve_one(&mut self) -> Result<(), Error> {
+    /// An empty log with room for a first reset, if memory can be had (if
+    /// not, that reset may be lost, and the trace says so).
+    fn new(threads: Vec<ThreadId>) -> Log {
+        let mut events = Vec::new();
+        let _ = events.try_reserve(1);
+        Log {
+            events,
+            threads,
+            ..Log::default()
+        }
+    }
+
+    /// Room for `events` more events and for the reset or inference end
+    /// after them, or [`Error::OutOfMemory`] for what the log could not
+    /// get: the log must not abort a runtime that is being recorded.
+    fn make_room(&mut self, events: usize) -> Result<(), Error> {
         self.events
-            .try_reserve(1)
-            .map_err(|_| Error::out_of_memory(Layout::new::<Event>()))
+            .try_reserve(events + 1)
+            .map_err(|_| self.growth_error(events + 1))
+    }
+
+    /// The error for a log that could not grow by `events` events.
+    fn growth_error(&self, events: usize) -> Error {
+        no_room_for(self.events.len().saturating_add(events))
+    }
+
+    /// Records a reset or an inference end, which cannot fail: into the
+    /// room the last recorded call kept, or new room; if neither can be
+    /// had the event is lost, and [`Log::trace`] says so from then on.
+    fn close(&mut self, event: Event) {
+        if self.events.len() == self.events.capacity() && self.events.try_reserve(1).is_err() {
+            let error = self.growth_error(1);
+            self.lost.get_or_insert(error);
+            return;
+        }
+        self.events.push(event);
+        // Room for the next one, while memory can be had.
+        let _ = self.events.try_reserve(1);
+    }
+
+    /// The trace, or the error that lost a reset or an inference end.
+    fn trace(events: Vec<Event>, lost: Option<Error>) -> Result<Trace, Error> {
+        match lost {
+            Some(error) => Err(error),
+            None => Ok(Trace::from(events)),
+        }
     }
 
     /// The `t` id of the calling thread, numbering it if new.
@@ -79,6 +134,14 @@ impl Log {
     }
 }
 
+/// [`Error::OutOfMemory`] for the bytes of `events` events.
+fn no_room_for(events: usize) -> Error {
+    Error::OutOfMemory {
+        size: events.saturating_mul(size_of::<Event>()),
+        align: align_of::<Event>(),
+    }
+}
+
 impl<A: TempAllocator> RecordingAllocator<A> {
     /// Records every call made through it to `inner`.
     ///
@@ -86,16 +149,14 @@ impl<A: TempAllocator> RecordingAllocator<A> {
     /// use tempalloc::{BumpAllocator, RecordingAllocator};
     ///
     /// let temp = RecordingAllocator::new(BumpAllocator::new());
-    /// assert!(temp.trace().is_empty());
+    /// assert!(temp.trace()?.is_empty());
+    /// # Ok::<(), tempalloc::Error>(())
     /// ```
     pub fn new(inner: A) -> Self {
         RecordingAllocator {
             inner,
-            events: Mutex::new(Log {
-                // The thread that makes the recorder is thread 0.
-                threads: vec![thread::current().id()],
-                ..Log::default()
-            }),
+            // The thread that makes the recorder is thread 0.
+            events: Mutex::new(Log::new(vec![thread::current().id()])),
         }
     }
 
@@ -112,48 +173,79 @@ impl<A: TempAllocator> RecordingAllocator<A> {
     }
 
     /// Ends one inference: resets the inner allocator and records `i` (which
-    /// a replay also treats as a reset).
+    /// a replay also treats as a reset). Never fails: see the type's docs
+    /// for a log with no room left.
     ///
     /// ```
     /// use tempalloc::{MallocAllocator, RecordingAllocator, TempAllocator};
     ///
     /// let mut temp = RecordingAllocator::new(MallocAllocator::new());
     /// temp.mark_inference();
-    /// assert_eq!((temp.trace().inferences(), temp.stats().resets), (1, 1));
+    /// assert_eq!((temp.trace()?.inferences(), temp.stats().resets), (1, 1));
+    /// # Ok::<(), tempalloc::Error>(())
     /// ```
     pub fn mark_inference(&mut self) {
         self.inner.reset();
-        self.events_mut().events.push(Event::EndInference);
+        self.events_mut().close(Event::EndInference);
     }
 
     /// A copy of what was recorded so far.
     ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfMemory`], with the bytes the log could not get, when
+    /// a reset or an inference end could not be recorded (see the type's
+    /// docs): the trace would lack it, and replay windows that were never
+    /// one.
+    ///
     /// ```
     /// use tempalloc::{BumpAllocator, RecordingAllocator, TempAllocator};
     ///
     /// let mut temp = RecordingAllocator::new(BumpAllocator::new());
     /// temp.reset();
-    /// assert_eq!(temp.trace().to_string(), "r\n");
+    /// assert_eq!(temp.trace()?.to_string(), "r\n");
+    /// # Ok::<(), tempalloc::Error>(())
     /// ```
-    pub fn trace(&self) -> Trace {
-        Trace::from(self.events().events.clone())
+    pub fn trace(&self) -> Result<Trace, Error> {
+        let log = self.events();
+        if let Some(error) = log.lost {
+            return Err(error);
+        }
+        // A copy that cannot abort either.
+        let mut events = Vec::new();
+        let len = log.events.len();
+        events.try_reserve_exact(len).map_err(|_| no_room_for(len))?;
+        events.extend_from_slice(&log.events);
+        Ok(Trace::from(events))
     }
 
     /// Takes what was recorded so far and starts an empty log.
     ///
+    /// # Errors
+    ///
+    /// As [`trace`](Self::trace); the log starts empty and complete either way.
+    ///
     /// ```
     /// use tempalloc::{BumpAllocator, RecordingAllocator, TempAllocator};
     ///
     /// let mut temp = RecordingAllocator::new(BumpAllocator::new());
     /// temp.reset();
-    /// assert_eq!(temp.take_trace().len(), 1);
-    /// assert!(temp.trace().is_empty());
+    /// assert_eq!(temp.take_trace()?.len(), 1);
+    /// assert!(temp.trace()?.is_empty());
+    /// # Ok::<(), tempalloc::Error>(())
     /// ```
-    pub fn take_trace(&mut self) -> Trace {
-        Trace::from(core::mem::take(&mut self.events_mut().events))
+    pub fn take_trace(&mut self) -> Result<Trace, Error> {
+        let log = self.events_mut();
+        // Threads and checkpoints keep their numbers across logs.
+        let mut fresh = Vec::new();
+        let _ = fresh.try_reserve(1); // room for a first reset, if it can be had
+        let events = core::mem::replace(&mut log.events, fresh);
+        Log::trace(events, log.lost.take())
     }
 
     /// The inner allocator and the recorded trace.
+    ///
+    /// The trace is an error as for [`trace`](Self::trace).
     ///
     /// ```
     /// use tempalloc::{MallocAllocator, RecordingAllocator, TempAllocator};
@@ -161,14 +253,15 @@ impl<A: TempAllocator> RecordingAllocator<A> {
     /// let mut temp = RecordingAllocator::new(MallocAllocator::new());
     /// temp.reset();
     /// let (inner, trace) = temp.into_parts();
-    /// assert_eq!((inner.stats().resets, trace.len()), (1, 1));
+    /// assert_eq!((inner.stats().resets, trace?.len()), (1, 1));
+    /// # Ok::<(), tempalloc::Error>(())
     /// ```
-    pub fn into_parts(self) -> (A, Trace) {
+    pub fn into_parts(self) -> (A, Result<Trace, Error>) {
         let log = self
             .events
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
-        (self.inner, Trace::from(log.events))
+        (self.inner, Log::trace(log.events, log.lost))
     }
 
     fn events(&self) -> MutexGuard<'_, Log> {
@@ -195,12 +288,12 @@ impl<A: TempAllocator> RecordingAllocator<A> {
 /// let cp = temp.checkpoint()?;
 /// KernelContext::new(&temp).scratch::<u8>(64)?;
 /// temp.rewind(cp)?;
-/// assert_eq!(temp.trace().to_string(), "c 0\na 64 1\nw 0\n");
+/// assert_eq!(temp.trace()?.to_string(), "c 0\na 64 1\nw 0\n");
 ///
 /// // A frame is a checkpoint per kernel and a reset at its end.
-/// temp.take_trace();
+/// temp.take_trace()?;
 /// temp.frame(|inf| inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch::<u8>(8)?.len())))?;
-/// assert_eq!(temp.trace().to_string(), "c 1\na 8 1\nw 1\nr\n");
+/// assert_eq!(temp.trace()?.to_string(), "c 1\na 8 1\nw 1\nr\n");
 /// # Ok::<(), Error>(())
 /// ```
 // SAFETY: checkpoints and rewinds go to `inner` unchanged (a refused one
@@ -217,7 +310,7 @@ unsafe impl<A: Rewind> Rewind for RecordingAllocator<A> {
     /// cannot grow; nothing is recorded then.
     fn checkpoint(&self) -> Result<Self::Checkpoint, Error> {
         let mut log = self.events();
-        log.reserve_one()?;
+        log.make_room(1)?;
         let inner = self.inner.checkpoint()?;
         let id = log.checkpoints;
         log.checkpoints += 1;
@@ -235,7 +328,7 @@ unsafe impl<A: Rewind> Rewind for RecordingAllocator<A> {
     /// or rewound then.
     fn rewind(&mut self, checkpoint: Self::Checkpoint) -> Result<(), Error> {
         let log = self.events_mut();
-        log.reserve_one()?;
+        log.make_room(1)?;
         log.events.push(Event::Rewind { id: checkpoint.id });
         self.inner.rewind(checkpoint.inner)
     }
@@ -286,7 +379,8 @@ unsafe impl<A: TempAllocator> TempAllocator for RecordingAllocator<A> {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         let mut log = self.events();
         // Growing the log must not abort: a request it cannot record fails.
-        if log.events.try_reserve(2).is_err() || log.threads.try_reserve(1).is_err() {
+        // Room for a `t` line, the request, and the reset after them.
+        if log.make_room(2).is_err() || log.threads.try_reserve(1).is_err() {
             return Err(Error::out_of_memory(layout));
         }
         let thread = log.thread_id();
@@ -304,7 +398,7 @@ unsafe impl<A: TempAllocator> TempAllocator for RecordingAllocator<A> {
 
     fn reset(&mut self) {
         self.inner.reset();
-        self.events_mut().events.push(Event::Reset);
+        self.events_mut().close(Event::Reset);
     }
 
     fn stats(&self) -> Stats {

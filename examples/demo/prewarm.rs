@@ -34,7 +34,7 @@ pub fn record_prefill(model: &Model, prompt: &[u32]) -> Result<Trace, StepError>
         // The sampled token is not used; the reference check allocates no scratch.
         model.step(&mut state, &mut recorder, chunk, 0.5, false)?;
     }
-    Ok(recorder.take_trace())
+    recorder.take_trace().map_err(StepError::Recording)
 }
 
 /// A fresh `CachingAllocator` like the `caching` row's, but prefaulting,

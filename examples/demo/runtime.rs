@@ -28,6 +28,8 @@ pub enum StepError {
     Activations(Error),
     /// The tiled attention disagreed with the naive reference.
     Mismatch { max_diff: f32 },
+    /// A recording (`--prewarm`) lost a reset: memory ran out.
+    Recording(Error),
 }
 
 impl fmt::Display for StepError {
@@ -35,6 +37,7 @@ impl fmt::Display for StepError {
         match self {
             StepError::Kernel { kernel, error } => write!(f, "kernel `{kernel}` failed: {error}"),
             StepError::Activations(error) => write!(f, "no scratch for the activations: {error}"),
+            StepError::Recording(error) => write!(f, "the recording is incomplete: {error}"),
             StepError::Mismatch { max_diff } => {
                 write!(
                     f,

@@ -58,7 +58,15 @@ pub(super) fn huge_page_size(system_page: usize) -> Option<usize> {
     if enabled.windows(7).any(|w| w == b"[never]") {
         return None;
     }
-    match read_file(c"/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", &mut buf) {
+    let size = read_file(c"/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", &mut buf);
+    huge_page_from(size, system_page)
+}
+
+/// The huge page size for the contents of `hpage_pmd_size` (`None`: no
+/// such file) on a kernel whose page is `system_page` bytes.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn huge_page_from(hpage_pmd_size: Option<&[u8]>, system_page: usize) -> Option<usize> {
+    match hpage_pmd_size {
         Some(size) => super::parse_decimal(size.trim_ascii()),
         // Kernels before 4.13 lack the file; a PMD maps 2 MiB at 4 KiB pages.
         None => (system_page == 4096).then_some(2 << 20),
@@ -263,5 +271,43 @@ unsafe fn advise_retrying(ptr: *mut c_void, len: usize, advice: c_int) -> bool {
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
             return false;
         }
+    }
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android"), not(miri)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_huge_page_is_what_hpage_pmd_size_says_at_each_page_size() {
+        // A PMD at 4, 16 and 64 KiB pages, as those kernels write it.
+        for (file, page, huge) in [
+            ("2097152\n", 4096, 2 << 20),
+            ("33554432\n", 16384, 32 << 20),
+            ("536870912\n", 65536, 512 << 20),
+        ] {
+            assert_eq!(huge_page_from(Some(file.as_bytes()), page), Some(huge), "{file:?}");
+        }
+        // No file (before Linux 4.13): 2 MiB only where that is sure.
+        assert_eq!(huge_page_from(None, 4096), Some(2 << 20));
+        assert_eq!(huge_page_from(None, 16384), None);
+        assert_eq!(huge_page_from(Some(b"two megabytes"), 4096), None);
+    }
+
+    #[test]
+    fn the_huge_page_size_is_read_from_this_kernel() {
+        let dir = "/sys/kernel/mm/transparent_hugepage";
+        let Ok(size) = std::fs::read_to_string(format!("{dir}/hpage_pmd_size")) else {
+            return; // no THP here: nothing to compare with
+        };
+        let kernel: usize = size.trim().parse().unwrap();
+        let enabled = std::fs::read_to_string(format!("{dir}/enabled")).unwrap();
+        let expected = if enabled.contains("[never]") || kernel <= crate::os::page_size() {
+            None
+        } else {
+            Some(kernel)
+        };
+        assert_eq!(crate::os::huge_page_size(), expected, "{size:?}, {enabled:?}");
+        assert_eq!(huge_page_size(system_page_size()), (!enabled.contains("[never]")).then_some(kernel));
     }
 }

@@ -421,13 +421,7 @@ fn null_arguments_are_error_codes() {
         assert!(handle.is_null());
         assert_eq!(error, TEMPALLOC_ERROR_NULL_ARGUMENT);
         error = -1;
-        assert_eq!(tempalloc_block_cache_trim(ptr::null(), 0, &mut error), 0);
-        assert_eq!(error, TEMPALLOC_ERROR_NULL_ARGUMENT);
-        error = -1;
-        assert_eq!(
-            tempalloc_block_cache_release_all(ptr::null(), &mut error),
-            0
-        );
+        assert_eq!(tempalloc_block_cache_evict_idle(ptr::null(), 0, &mut error), 0);
         assert_eq!(error, TEMPALLOC_ERROR_NULL_ARGUMENT);
         error = -1;
         assert_eq!(tempalloc_block_cache_idle_bytes(ptr::null(), &mut error), 0);
@@ -476,9 +470,10 @@ fn shared_cache_serves_several_allocators() {
     // SAFETY: the cache handle is live; NULL `error` is ignored.
     unsafe {
         assert!(tempalloc_block_cache_idle_bytes(cache, ptr::null_mut()) >= 300_000);
-        assert!(tempalloc_block_cache_trim(cache, 0, &mut error) >= 300_000);
+        assert!(tempalloc_block_cache_evict_idle(cache, 0, &mut error) >= 300_000);
         assert_eq!(error, TEMPALLOC_OK);
-        assert_eq!(tempalloc_block_cache_release_all(cache, &mut error), 0);
+        assert_eq!(tempalloc_block_cache_idle_bytes(cache, ptr::null_mut()), 0);
+        assert_eq!(tempalloc_block_cache_evict_idle(cache, 0, &mut error), 0);
         // The handle goes first; `a` keeps the cache alive and works on.
         tempalloc_block_cache_destroy(cache);
     }

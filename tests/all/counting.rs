@@ -1,6 +1,7 @@
 //! A counting global allocator, installed for the whole test binary. The
 //! counts are per thread (tests run in parallel on threads of their own), so
-//! a test sees only its own allocations.
+//! a test sees only its own allocations. It can also refuse a thread's
+//! allocations ([`NoMemory`]), as a system out of memory does.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -36,11 +37,39 @@ thread_local! {
 
 /// Runs `f` with the calling thread's allocations failing from the
 /// `n`th on (1 is the first), as the system's do when memory runs out.
+/// Anything that allocates meanwhile (a failing assertion's message
+/// included) gets the failure too: assert after it.
+#[cfg(feature = "std")]
 pub(crate) fn failing_from<R>(n: u64, f: impl FnOnce() -> R) -> R {
-    ALLOWED.with(|a| a.set(n.saturating_sub(1)));
-    let r = f();
-    ALLOWED.with(|a| a.set(u64::MAX));
-    r
+    let _failing = NoMemory::from(n);
+    f()
+}
+
+/// While it lives, the calling thread's allocations fail (null, as when the
+/// system has no memory left), so a test can check that code which must
+/// not abort then does not. Assert after it.
+#[cfg(feature = "std")]
+pub(crate) struct NoMemory(());
+
+#[cfg(feature = "std")]
+impl NoMemory {
+    /// Every allocation fails.
+    pub(crate) fn on_this_thread() -> NoMemory {
+        NoMemory::from(1)
+    }
+
+    /// Allocations fail from the `n`th on.
+    fn from(n: u64) -> NoMemory {
+        ALLOWED.with(|a| a.set(n.saturating_sub(1)));
+        NoMemory(())
+    }
+}
+
+#[cfg(feature = "std")]
+impl Drop for NoMemory {
+    fn drop(&mut self) {
+        ALLOWED.with(|a| a.set(u64::MAX));
+    }
 }
 
 /// Whether the system "has no memory" for this allocation.
@@ -88,12 +117,13 @@ fn freed(size: usize) {
 }
 
 // SAFETY: every call is forwarded to `System` with the same arguments, or
-// fails as `System` may (null, nothing allocated); the counting touches only
-// thread-local `Cell`s and never allocates.
+// refused with null (which `GlobalAlloc` allows: the caller keeps what it
+// had); the counting and the refusal touch only thread-local `Cell`s and
+// never allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if out_of_memory() {
-            return std::ptr::null_mut();
+            return core::ptr::null_mut();
         }
         // SAFETY: forwarded with the caller's guarantees.
         allocated(unsafe { System.alloc(layout) }, layout.size())
@@ -101,7 +131,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if out_of_memory() {
-            return std::ptr::null_mut();
+            return core::ptr::null_mut();
         }
         // SAFETY: forwarded with the caller's guarantees.
         allocated(unsafe { System.alloc_zeroed(layout) }, layout.size())
@@ -115,7 +145,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if out_of_memory() {
-            return std::ptr::null_mut();
+            return core::ptr::null_mut();
         }
         // SAFETY: forwarded with the caller's guarantees.
         let new = unsafe { System.realloc(ptr, layout, new_size) };

@@ -47,6 +47,7 @@ with_std! {
     mod plan;
     mod recording;
     mod refusals;
+    mod replay_cli;
     mod scenarios;
     mod sessions;
     mod stress;

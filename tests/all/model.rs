@@ -1,5 +1,5 @@
 //! Model-based property tests: random programs of allocate, checkpoint,
-//! rewind (good and stale), reset, release and `BlockCache::trim` over two
+//! rewind (good and stale), reset, release and `BlockCache::evict_idle` over two
 //! `CachingAllocator`s sharing one `Arc<BlockCache>`, run against a simple
 //! model (lists of live buffers and counters).
 //!

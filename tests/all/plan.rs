@@ -148,7 +148,7 @@ fn a_prewarmed_allocator_takes_no_memory_in_its_first_inference() {
             inference(&recorder, threads, step);
             recorder.reset();
         }
-        let plan: Plan = recorder.trace().plan().unwrap();
+        let plan: Plan = recorder.trace().unwrap().plan().unwrap();
         assert_eq!(plan.regions().len(), 1 + threads, "{threads} threads");
         // A fresh allocator, prewarmed: its inferences take nothing.
         let mut temp = CachingAllocator::with_config(config.prefault(true));

@@ -39,7 +39,7 @@ fn records_every_call_in_order() {
         Event::Alloc { size: 7, align: 1 },
         Event::EndInference,
     ]);
-    assert_eq!(temp.trace(), expected);
+    assert_eq!(temp.trace(), Ok(expected.clone()));
     // Calls pass through: the inner allocator saw them all.
     let stats = temp.stats();
     assert_eq!(
@@ -48,7 +48,7 @@ fn records_every_call_in_order() {
     );
 
     let (inner, trace) = temp.into_parts();
-    assert_eq!(trace, expected);
+    assert_eq!(trace, Ok(expected));
     assert_eq!(inner.stats(), stats);
 }
 
@@ -60,7 +60,7 @@ fn refused_requests_are_recorded_too() {
         Err(Error::BudgetExceeded { .. })
     ));
     assert_eq!(
-        temp.trace().events(),
+        temp.trace().unwrap().events(),
         &[Event::Alloc {
             size: 1 << 20,
             align: 8
@@ -73,9 +73,9 @@ fn take_trace_starts_a_new_log() {
     let mut temp = RecordingAllocator::new(MallocAllocator::new());
     temp.allocate(layout(1, 1)).unwrap();
     temp.reset();
-    assert_eq!(temp.take_trace().len(), 2);
+    assert_eq!(temp.take_trace().unwrap().len(), 2);
     temp.mark_inference();
-    assert_eq!(temp.trace().events(), &[Event::EndInference]);
+    assert_eq!(temp.trace().unwrap().events(), &[Event::EndInference]);
 }
 
 #[test]
@@ -99,6 +99,7 @@ fn replaying_a_recording_gives_the_same_stats() {
         }
     }
     let (original, recorded) = recorder.into_parts();
+    let recorded = recorded.unwrap();
     assert_eq!(recorded, workload);
 
     for mut other in [
@@ -128,7 +129,7 @@ fn recording_a_sync_allocator_is_sync() {
             });
         }
     });
-    let trace = temp.trace();
+    let trace = temp.trace().unwrap();
     assert_eq!(trace.requests(), 100);
     assert_eq!(trace.request_sizes().sum::<usize>(), 4 * (25 * 26 / 2));
 }
@@ -157,7 +158,7 @@ fn worker_threads_and_checkpoints_are_recorded_and_replayed_faithfully() {
         temp.rewind(cp).expect("a fresh checkpoint rewinds");
     }
     temp.mark_inference();
-    let (_, trace) = temp.into_parts();
+    let trace = temp.into_parts().1.unwrap();
     assert_eq!(
         trace.to_string(),
         "c 0\na 4096 1\nt 1\na 8192 1\nw 0\nc 1\nt 0\na 4096 1\nt 2\na 8192 1\nw 1\ni\n",
@@ -220,7 +221,7 @@ fn frames_over_a_recorder_record_their_checkpoints_and_replay() {
     });
     assert_eq!(sum, Ok(40));
     assert_eq!(temp.inner().stats().bytes_live, 0);
-    let (_, trace) = temp.into_parts();
+    let trace = temp.into_parts().1.unwrap();
     assert_eq!(
         trace.to_string(),
         "a 40 4\nc 0\na 40 4\nw 0\nc 1\na 40 4\nw 1\nr\n"
@@ -229,4 +230,58 @@ fn frames_over_a_recorder_record_their_checkpoints_and_replay() {
         .replay_caching(&mut tempalloc::CachingAllocator::new())
         .expect("replays");
     assert_eq!((replayed.requests, replayed.resets), (3, 1));
+}
+
+/// A reset or an inference end cannot fail, and with no memory left for the
+/// log it neither aborts nor goes missing unseen: the one after a request
+/// goes into the room the request kept, and one that finds no room still
+/// resets the inner allocator and makes the trace an error.
+#[test]
+fn resets_with_no_memory_for_the_log_never_abort_nor_go_missing() {
+    use core::mem::MaybeUninit;
+
+    use crate::counting::NoMemory;
+    use tempalloc::FixedAllocator;
+
+    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    let mut temp = RecordingAllocator::new(FixedAllocator::new(&mut buf));
+    temp.allocate(layout(64, 8)).unwrap();
+    let mut served = 1;
+    let refused = {
+        let _no_memory = NoMemory::on_this_thread();
+        // Requests until the log cannot grow for one (it is not passed on)...
+        let refused = (0..1000).find_map(|_| match temp.allocate(layout(8, 8)) {
+            Ok(_) => {
+                served += 1;
+                None
+            }
+            Err(e) => Some(e),
+        });
+        // ...and the reset that ends their window.
+        temp.reset();
+        refused
+    };
+    assert!(matches!(refused, Some(Error::OutOfMemory { .. })), "{refused:?}");
+    assert_eq!(temp.stats().allocations, served);
+    let trace = temp.trace().unwrap();
+    assert_eq!((trace.requests(), trace.events().last()), (served as usize, Some(&Event::Reset)));
+
+    // Closing events in a row, with no request between them to keep room.
+    {
+        let _no_memory = NoMemory::on_this_thread();
+        for _ in 0..4 {
+            temp.mark_inference();
+            temp.reset();
+        }
+    }
+    assert_eq!(temp.stats().resets, 9, "the inner allocator reset every time");
+    let lost = temp.trace().unwrap_err();
+    let Error::OutOfMemory { size, align } = lost else {
+        panic!("{lost}");
+    };
+    assert!(size > trace.len() && align.is_power_of_two(), "{lost}");
+    // Taking the trace says so too, and starts a complete log.
+    assert_eq!(temp.take_trace(), Err(lost));
+    temp.reset();
+    assert_eq!(temp.trace().unwrap().events(), &[Event::Reset]);
 }

@@ -47,7 +47,6 @@ fn refused_reservations_fall_back_to_heap_blocks_that_serve_every_request() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "Miri has no reservations: there is no commit to refuse")]
 fn a_refused_commit_moves_the_region_and_loses_nothing() {
     let _clear = Clear;
     let mut temp = CachingAllocator::with_config(fast());
@@ -59,7 +58,10 @@ fn a_refused_commit_moves_the_region_and_loses_nothing() {
     // to that range, not to memory: the region moves to other memory.
     let b = fill(ctx.allocate_temp(1 << 20, 64).unwrap(), 2);
     assert!(temp.stats().bytes_held > held, "{}", temp.stats());
-    assert_eq!(temp.cache().stats().refusals, 1, "{}", temp.cache().stats());
+    // On heap blocks there is no commit to refuse: the region moved to a
+    // larger block all the same.
+    let refusals = u64::from(crate::scenarios::mapped());
+    assert_eq!(temp.cache().stats().refusals, refusals, "{}", temp.cache().stats());
     check(a, 1);
     check(b, 2);
     let c = fill(ctx.allocate_temp(1 << 20, 64).unwrap(), 3);

@@ -36,6 +36,45 @@ pub fn page() -> usize {
     })
 }
 
+/// The platforms where the crate reserves nothing, so every region is heap
+/// blocks: Miri, and the `none` OS backend (`src/os.rs` picks it for what
+/// is neither Unix nor Windows).
+pub const HEAP_BLOCKS_ONLY: bool = cfg!(any(miri, not(any(unix, windows))));
+
+/// Whether regions are mapped here: they reserve address space and grow in
+/// place by committing pages. Not under Miri, not where the crate has no
+/// reservations (its `none` OS backend: neither Unix nor Windows, such as
+/// wasm), not with `TEMPALLOC_RESERVE=off` (CI's `fallback` step), not
+/// where the system refuses every reservation (a tight `ulimit -v`). There
+/// regions are heap blocks, and a test whose promise is a mapped region's
+/// asserts what the heap-block fallback promises instead, or says why
+/// there is nothing to assert. Known at compile time on the platforms
+/// without reservations ([`HEAP_BLOCKS_ONLY`]); elsewhere read from the
+/// allocator, like [`page`], on a thread of its own, which no test's
+/// refused system calls reach.
+pub fn mapped() -> bool {
+    static MAPPED: OnceLock<bool> = OnceLock::new();
+    !HEAP_BLOCKS_ONLY && *MAPPED.get_or_init(|| {
+        std::thread::spawn(|| {
+            let temp = CachingAllocator::with_config(fast());
+            KernelContext::new(&temp).allocate_temp(1, 1).unwrap();
+            temp.cache().stats().reservations > 0
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// The first window that the footprint bounds (held within 12.5% and a
+/// page of each thread's most, no system allocation after it) hold for: 0
+/// where regions are [`mapped`] and grow in place; 1 on heap blocks, where a
+/// region that outgrows its block chains a larger one in that window and
+/// takes a block sized to its peak after the reset (`fallback.rs` shows
+/// they converge).
+pub fn settled_from() -> usize {
+    usize::from(!mapped())
+}
+
 /// A quarter page: 1 KiB at 4 KiB pages. Sizes written in this unit keep
 /// their page counts (and size classes) at any page size, so a test whose
 /// arithmetic is in pages holds at 16 and 64 KiB too.

@@ -255,7 +255,7 @@ void test_errors() {
   CHECK(tempalloc_allocator_stats(nullptr, &s) == TEMPALLOC_ERROR_NULL_ARGUMENT);
   CHECK(tempalloc_allocator_stats(temp.handle(), nullptr) ==
         TEMPALLOC_ERROR_NULL_ARGUMENT);
-  CHECK(tempalloc_block_cache_trim(nullptr, 0, &error) == 0);
+  CHECK(tempalloc_block_cache_evict_idle(nullptr, 0, &error) == 0);
   CHECK(error == TEMPALLOC_ERROR_NULL_ARGUMENT);
   tempalloc_allocator_destroy(nullptr);
   tempalloc_block_cache_destroy(nullptr);
@@ -295,7 +295,7 @@ void test_shared_cache() {
     CHECK(s.cache_hits == 1);
     b.release();
   }
-  CHECK(tempalloc_block_cache_release_all(cache, &error) >= 200000);
+  CHECK(tempalloc_block_cache_evict_idle(cache, 0, &error) >= 200000);
   CHECK(error == TEMPALLOC_OK);
   CHECK(tempalloc_block_cache_idle_bytes(cache, nullptr) == 0);
 
