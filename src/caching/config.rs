@@ -107,6 +107,10 @@ impl CachingConfig {
     /// When threads split the work the same way every call, that is what is
     /// live plus a step per thread; a work-stealing pool's workers each keep
     /// the most they ever took (see `trim` and `retain` for giving it back).
+    /// On heap blocks (where nothing can be reserved; see
+    /// [`reserve`](Self::reserve())) a region that outgrows its block chains
+    /// one twice as large in that window, so the limit must cover twice each
+    /// thread's most in one window, and a page.
     ///
     /// A request that would pass the limit first gets the memory of regions
     /// no thread leases this window (largest first) and the cache's idle
@@ -191,9 +195,11 @@ impl CachingConfig {
         self.block.prefault
     }
 
-    /// Align reservations (and blocks of 2 MiB and more) to 2 MiB and ask
-    /// Linux for transparent huge pages on them (`madvise(MADV_HUGEPAGE)`):
-    /// fewer TLB misses for large tiles. A no-op on other systems.
+    /// Align reservations (and blocks of a huge page and more) to the
+    /// system's transparent huge page (read at run time: 2 MiB on x86-64,
+    /// 32 MiB with 16 KiB pages) and ask Linux and Android for huge pages on
+    /// them (`madvise(MADV_HUGEPAGE)`): fewer TLB misses for large tiles. A
+    /// no-op where the system has none.
     ///
     /// ```
     /// assert!(tempalloc::CachingConfig::default().huge_pages(true).uses_huge_pages());
