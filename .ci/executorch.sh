@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI: ExecuTorch programs executed by the released executorch 1.5.1 runtime
 # with tempalloc as the temp allocator, against ExecuTorch's own two
-# (examples/executorch/build.sh). Installs what is missing; the wheel is
+# (examples/executorch/build.sh, which builds the runner with CMake:
+# examples/executorch/CMakeLists.txt). Installs what is missing; the wheel is
 # downloaded once and cached under target/executorch/. Fails when the runner
 # fails: a child's non-zero exit, outputs that differ between allocators, an
 # error logged by the libraries, or a system allocation by tempalloc after
@@ -10,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v make >/dev/null || missing+=(make)
 command -v g++ >/dev/null || missing+=(g++)
 command -v unzip >/dev/null || missing+=(unzip)
 command -v nm >/dev/null || missing+=(binutils)

@@ -40,7 +40,7 @@ fn llama_3_2_1b(workers: usize, args: &Args) -> Config {
         head_dim: 64,
         vocab: 32_000,
         ffn: 8192,
-        prompt_len: args.context.unwrap_or(1024),
+        prompt_len: args.context.unwrap_or(cli::DEFAULT_CONTEXT),
         chunk: args.chunk.unwrap_or(128),
         seed: 0x7E3A_11C0,
         sampling: Sampling {
@@ -96,7 +96,7 @@ pub fn main(system: SystemAllocator) -> ExitCode {
     } else {
         llama_3_2_1b(workers, &args)
     };
-    let tokens = args.tokens.unwrap_or(64);
+    let tokens = args.tokens.unwrap_or(cli::DEFAULT_TOKENS);
     allocators::CACHING_HUGE_PAGES.store(args.huge_pages, std::sync::atomic::Ordering::Relaxed);
     let result = match &args.child {
         Some(name) => run_child(name, &config, tokens, args.prewarm),
@@ -164,7 +164,7 @@ fn run_parent(
     config: &Config,
     tokens: usize,
 ) -> Result<(), String> {
-    let rounds = args.rounds.unwrap_or(3);
+    let rounds = args.rounds.unwrap_or(cli::DEFAULT_ROUNDS);
     println!(
         "{} layers, d_model {}, {} query / {} kv heads x {}, MLP {}, vocab {}, int8 weights and KV cache",
         config.layers,

@@ -2,11 +2,20 @@
 
 use std::path::PathBuf;
 
+/// The defaults of the Llama-shaped run, chosen so that the demo takes about
+/// a minute on 2 cores with its medians over three rotated rounds: the
+/// prefill is most of each child's time, and a 1024-token prompt with 64
+/// tokens took 140 to 160 s there; a 384-token prompt with 32 tokens takes
+/// 0.33x to 0.40x of its CPU time (docs/demo.md, "How it runs").
+pub const DEFAULT_CONTEXT: usize = 384;
+pub const DEFAULT_TOKENS: usize = 32;
+pub const DEFAULT_ROUNDS: usize = 3;
+
 pub const USAGE: &str = "\
 usage: cargo run --release --example demo -- [OPTIONS]
 
-  --context N      prompt tokens, prefilled in chunks (default 1024)
-  --tokens N       tokens to generate, the prefill's included (default 64)
+  --context N      prompt tokens, prefilled in chunks (default 384)
+  --tokens N       tokens to generate, the prefill's included (default 32)
   --layers N       transformer layers (default 2; Llama-3.2-1B has 16)
   --chunk N        prefill chunk, in tokens (default 128)
   --tiny           the old toy model (d_model 256, 4 heads, 32-token prompt)
@@ -181,5 +190,19 @@ mod tests {
         assert!(parse(&["--frobnicate"]).is_err());
         assert!(parse(&["--rounds", "0"]).is_err());
         assert!(parse(&["--child"]).is_err());
+    }
+
+    /// The help states the defaults the demo runs with.
+    #[test]
+    fn usage_states_the_defaults() {
+        for (option, default) in [
+            ("--context", DEFAULT_CONTEXT),
+            ("--tokens", DEFAULT_TOKENS),
+            ("--rounds", DEFAULT_ROUNDS),
+        ] {
+            let start = USAGE.find(&format!("\n  {option} ")).expect(option) + 3;
+            let help = USAGE[start..].split("\n  --").next().expect(option);
+            assert!(help.contains(&format!("(default {default})")), "{help}");
+        }
     }
 }

@@ -9,11 +9,13 @@
 #
 # Downloads the executorch wheel from PyPI once (pip, cached under
 # target/executorch/), writes the .pte files from the JSON programs with the
-# wheel's flatc, builds the crate's C library (staticlib, feature capi),
-# compiles the runner and runs it on every program. Fails on a non-zero
-# exit, or on any line the libraries log to stderr with "error" in it (they
-# log errors and carry on). Linux x86-64 only (the wheel's platform).
-# Needs python3 with pip, unzip, g++, gcc, nm.
+# wheel's flatc, builds the runner with CMake (examples/executorch/
+# CMakeLists.txt: the crate's C library through examples/cmake/
+# tempalloc.cmake, the wheel's package config, the stand-in libraries) and
+# runs it on every program. Fails on a non-zero exit, or on any line the
+# libraries log to stderr with "error" in it (they log errors and carry
+# on). Linux x86-64 only (the wheel's platform). Needs python3 with pip,
+# unzip, cmake, make, g++, gcc, nm.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/examples/executorch
@@ -28,13 +30,18 @@ if [ "$(uname -sm)" != "Linux x86_64" ]; then
 fi
 
 # 1. The wheel, once. --python-version: the wheel is cp311 whatever python runs pip.
-if [ ! -f "$w/x/.unpacked-$version" ]; then
+# Unpacked again when a part is missing (share/cmake came later: caches
+# from before it lack it).
+parts=('executorch/lib/*' 'executorch/include/*' 'executorch/share/cmake/*' 'executorch/data/bin/flatc'
+  'executorch/schema/*' 'executorch/extension/llm/runner/*')
+if [ ! -f "$w/x/.unpacked-$version" ] || [ ! -f "$et/share/cmake/executorch-config.cmake" ]; then
   mkdir -p "$w"
-  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-    --platform manylinux_2_28_x86_64 -d "$w" "executorch==$version"
+  if ! compgen -G "$w/executorch-$version-*.whl" >/dev/null; then
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+      --platform manylinux_2_28_x86_64 -d "$w" "executorch==$version"
+  fi
   rm -rf "$w/x" && mkdir -p "$w/x"
-  unzip -q -o "$w/executorch-$version-"*.whl -d "$w/x" 'executorch/lib/*' 'executorch/include/*' \
-    'executorch/data/bin/flatc' 'executorch/schema/*' 'executorch/extension/llm/runner/*'
+  unzip -q -o "$w/executorch-$version-"*.whl -d "$w/x" "${parts[@]}"
   touch "$w/x/.unpacked-$version"
 fi
 so=$(ls "$et"/extension/llm/runner/_llm_runner*.so)
@@ -54,41 +61,23 @@ for i in plan["chains"][0]["instructions"]:
 EOF
 done
 
-# 3. Stand-ins for the libraries the extension holding CPUCachingAllocator
-# links but never calls on this path (PyTorch, Python): empty, under their
-# sonames, with the data symbols it binds at load (no libpython needed).
-stubs=$w/stubs
-if [ ! -f "$stubs/.built" ] || [ "$so" -nt "$stubs/.built" ]; then
-  mkdir -p "$stubs"
-  {
-    nm -D --undefined-only "$so" | awk '{print $NF}' | grep -E '^_?Py' | sed 's/.*/char &[64] __attribute__((aligned(64)));/'
-    echo 'char _ZN3c1019UndefinedTensorImpl10_singletonE[4096] __attribute__((aligned(64)));'
-  } > "$stubs/data.c"
-  gcc -shared -fPIC -o "$stubs/_C.cpython-311-x86_64-linux-gnu.so" "$stubs/data.c" \
-    -Wl,-soname,_C.cpython-311-x86_64-linux-gnu.so
-  : > "$stubs/empty.c"
-  for n in libc10.so libtorch.so libtorch_cpu.so libtorch_python.so; do
-    gcc -shared -fPIC -o "$stubs/$n" "$stubs/empty.c" -Wl,-soname,$n
-  done
-  touch "$stubs/.built"
-fi
+# 3. The runner, the crate's C library and the stand-ins, with CMake. The
+# C library is `release`, in the crate's own target dir: the build the
+# tables in docs/benchmarks.md measured, shared with cargo run by hand
+# (tempalloc.cmake's default, release-capi in the build tree, would build
+# the crate again with LTO).
+build=$w/build
+cmake -S "$here" -B "$build" -DEXECUTORCH_ROOT="$et" -DET_LLM_RUNNER_SO="$so" \
+  -DTEMPALLOC_PROFILE=release -DTEMPALLOC_TARGET_DIR="$root/target" >/dev/null
+CARGO_TERM_QUIET=true cmake --build "$build" >/dev/null
+stubs=$build/stubs
 
-# 4. The crate's C library, then the runner.
-cargo rustc --quiet --release --lib --features capi --crate-type staticlib
-g++ -O2 -std=c++17 -Wall -Wextra -o "$w/et_runner" \
-  "$here/runner.cpp" "$here/hooks.cpp" \
-  -DC10_USING_CUSTOM_GENERATED_MACROS -DET_EVENT_TRACER_ENABLED -DET_USE_THREADPOOL \
-  -I"$root/include" -I"$et/include" -I"$et/include/executorch/runtime/core/portable_type/c10" \
-  -L"$et/lib" -Wl,-rpath,"$et/lib" -rdynamic \
-  -lexecutorch -Wl,--no-as-needed -lexecutorch_kernels_optimized -Wl,--as-needed \
-  "$root/target/release/libtempalloc.a" -lpthread -ldl -lm
-
-# 5. Run. The libraries log to stderr and carry on: any "error" fails.
+# 4. Run. The libraries log to stderr and carry on: any "error" fails.
 log=$w/stderr.log
 status=0
 programs=("$w"/pte/*.pte)
 for a in "$@"; do case $a in *.pte) programs=();; esac; done
-"$w/et_runner" --et-so "$so" --et-stubs "$stubs" "$@" "${programs[@]}" 2> >(tee "$log" >&2) || status=$?
+"$build/et_runner" --et-so "$so" --et-stubs "$stubs" "$@" "${programs[@]}" 2> >(tee "$log" >&2) || status=$?
 wait
 if [ $status -ne 0 ]; then
   echo "examples/executorch: et_runner exited with $status" >&2

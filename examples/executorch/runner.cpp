@@ -98,7 +98,7 @@ struct EtCachingSymbols {
 };
 
 // The extension links PyTorch and Python libraries it never calls on this
-// path; build.sh makes empty stand-ins (with the data symbols it binds at
+// path; CMakeLists.txt builds empty stand-ins (with the data symbols it binds at
 // load) under their sonames, loaded here first so they satisfy its NEEDED.
 // Every child loads it, whichever allocator it runs, so the three
 // processes map the same code and their RSS compares.
