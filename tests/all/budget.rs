@@ -35,20 +35,22 @@ enum Split {
 
 /// Three inferences of 4 KiB of activations on the calling thread, then
 /// 64 x 1 KiB of worker scratch over `threads` threads, under `limit`;
-/// returns the first error, if any.
+/// returns the first error, if any. (KiB at 4 KiB pages, as `kib()`: the
+/// same page counts at any page size.)
 fn activations_and_workers(config: CachingConfig, split: Split, threads: usize, limit: usize) -> Result<(), Error> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .unwrap();
     let mut temp = CachingAllocator::with_config(config.max_bytes(Some(limit)));
+    let k = kib();
     for _inference in 0..3 {
         let ctx = KernelContext::new(&temp);
-        let activations = fill(ctx.allocate_temp(4 << 10, 64)?, 7);
+        let activations = fill(ctx.allocate_temp(4 * k, 64)?, 7);
         match split {
             Split::Stealing => pool.install(|| {
                 (0..64).into_par_iter().try_for_each(|i| {
-                    fill(ctx.allocate_temp(1 << 10, 64)?, i);
+                    fill(ctx.allocate_temp(k, 64)?, i);
                     Ok::<_, Error>(())
                 })
             })?,
@@ -58,7 +60,7 @@ fn activations_and_workers(config: CachingConfig, split: Split, threads: usize, 
                         let ctx = &ctx;
                         s.spawn(move || {
                             (0..64 / threads).try_for_each(|i| {
-                                fill(ctx.allocate_temp(1 << 10, 64)?, t * 64 + i);
+                                fill(ctx.allocate_temp(k, 64)?, t * 64 + i);
                                 Ok::<_, Error>(())
                             })
                         })
@@ -79,7 +81,7 @@ fn activations_and_workers(config: CachingConfig, split: Split, threads: usize, 
     ignore = "rayon's deque (crossbeam-epoch) casts integers to pointers, which strict provenance refuses"
 )]
 fn a_limit_covering_each_threads_window_and_a_page_serves_any_thread_count() {
-    let page = page();
+    let (page, k) = (page(), kib());
     // Heap blocks cannot grow in place: in the window a region outgrows its
     // block, it chains one twice as large, so it holds up to twice what its
     // thread used (and a page). The rule there covers twice each window.
@@ -88,12 +90,14 @@ fn a_limit_covering_each_threads_window_and_a_page_serves_any_thread_count() {
         // An equal split: what is live, and a page for each thread that
         // allocates (the calling thread, the workers, and the debug checks'
         // region).
-        let tight = chain * ((4 + 64) * 1024 + (threads + 2) * page);
+        let tight = chain * ((4 + 64) * k + (threads + 2) * page);
         // A work-stealing pool: each worker's region keeps the most it took
         // in one call, so the limit covers the sum of those (the 160 KiB a
         // user found refused at 4 and 8 rayon workers, before regions
-        // committed lazily, at 4 KiB pages).
-        let stealing = tight.max(chain * (160 << 10));
+        // committed lazily, at 4 KiB pages). Which worker takes how much is
+        // random, and a region holds whole pages: in quarter pages, as the
+        // requests, the odds are the same at any page size.
+        let stealing = tight.max(chain * 160 * k);
         for (split, limit) in [(Split::Equal, tight), (Split::Stealing, stealing)] {
             // With the debug checks (as a debug build has them) and without.
             for debug_checks in [false, true] {
