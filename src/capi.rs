@@ -384,7 +384,10 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
         let idle = config.map_or(0, |c| c.max_cached_bytes);
         let config = tempalloc_config::read(config)?;
         let cache = Arc::new(BlockCache::with_idle_budget(idle));
-        handles::new_allocator(CachingAllocator::with_cache(cache, config))
+        handles::new_allocator(
+            CachingAllocator::try_with_cache(cache, config)
+                .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?,
+        )
     });
     let mut handle = ptr::null_mut();
     let code = status(result, Some(&mut handle));
@@ -427,7 +430,10 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
     let result = guard(|| {
         let cache = cache?;
         let config = tempalloc_config::read(config)?;
-        handles::new_allocator(CachingAllocator::with_cache(cache, config))
+        handles::new_allocator(
+            CachingAllocator::try_with_cache(cache, config)
+                .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?,
+        )
     });
     let mut handle = ptr::null_mut();
     let code = status(result, Some(&mut handle));

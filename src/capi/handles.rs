@@ -23,6 +23,7 @@
 //!   neither runs. Calls that do not overlap in time cannot be told from a
 //!   correct program, and are not reported.
 
+use core::alloc::Layout;
 use core::mem::ManuallyDrop;
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -127,9 +128,17 @@ impl Handle for tempalloc_block_cache {
     }
 }
 
-/// Boxes `handle` for C (and registers it in debug builds).
+/// Boxes `handle` for C (and registers it in debug builds): out of memory
+/// is an error, not an abort.
 fn hand_out<H: Handle>(handle: H) -> Result<*mut H, tempalloc_error> {
-    let p = Box::into_raw(Box::new(handle));
+    // SAFETY: handles are not zero-sized.
+    let p = unsafe { std::alloc::alloc(Layout::new::<H>()) }.cast::<H>();
+    if p.is_null() {
+        return Err(TEMPALLOC_ERROR_OUT_OF_MEMORY);
+    }
+    // SAFETY: fresh memory with `H`'s layout, as `Box::new` would allocate
+    // it, so `free` can give it back with `Box::from_raw`.
+    unsafe { p.write(handle) };
     #[cfg(debug_assertions)]
     if let Err(e) = debug::register(p.addr(), H::KIND) {
         // SAFETY: made just above, never handed out.

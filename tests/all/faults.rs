@@ -342,3 +342,36 @@ mod the_books {
         }
     }
 }
+
+/// The C API's allocator over a shared cache, created when the global
+/// allocator has no memory: NULL and `TEMPALLOC_ERROR_OUT_OF_MEMORY`, never
+/// an abort. (Creating a cache, alone or inside `tempalloc_allocator_create`,
+/// makes an `Arc`, which stable Rust cannot make fallibly: docs/reliability.md,
+/// "Known gaps".)
+#[cfg(feature = "capi")]
+#[test]
+fn c_api_creation_without_memory_is_an_error() {
+    use crate::counting::failing_from;
+    use tempalloc::capi::*;
+    let mut error = TEMPALLOC_OK;
+    // SAFETY: `error` is writable; the cache is destroyed once, below.
+    let cache = unsafe { tempalloc_block_cache_create(0, 0, &mut error) };
+    assert!(!cache.is_null());
+    let mut failed = 0;
+    for n in 1.. {
+        // SAFETY: a live cache, a NULL config (the default), `error` writable.
+        let handle = failing_from(n, || unsafe { tempalloc_allocator_create_with_cache(cache, std::ptr::null(), &mut error) });
+        if handle.is_null() {
+            assert_eq!(error, TEMPALLOC_ERROR_OUT_OF_MEMORY, "allocation {n}");
+            failed += 1;
+            continue;
+        }
+        assert_eq!(error, TEMPALLOC_OK);
+        // SAFETY: live handles, each destroyed once.
+        unsafe { tempalloc_allocator_destroy(handle) };
+        break;
+    }
+    // SAFETY: as above.
+    unsafe { tempalloc_block_cache_destroy(cache) };
+    assert!(failed > 0, "creating made no allocation to fail");
+}
