@@ -388,7 +388,7 @@ fn print_ratios() {
             );
         }
         println!(
-            "threads ({pool}): median over the counts = {:.2}x  [<= 1.25x]",
+            "threads ({pool}): median over the counts = {:.2}x  [<= 1.15x]",
             median(&mut ratios)
         );
     }

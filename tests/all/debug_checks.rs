@@ -189,10 +189,11 @@ fn an_overflow_on_a_worker_thread_is_reported_and_the_others_scratch_is_intact()
     // With the checks on, each thread carves from its own leased region;
     // every allocation is recorded, whichever thread made it.
     let mut temp = checked();
-    let overflowed = std::thread::scope(|s| {
+    let all_written = std::sync::Barrier::new(4);
+    let addrs = std::thread::scope(|s| {
         let workers: Vec<_> = (0..4u8)
             .map(|t| {
-                let temp = &temp;
+                let (temp, all_written) = (&temp, &all_written);
                 s.spawn(move || {
                     let p = raw(temp, 100, 64);
                     // SAFETY: `p` starts 100 bytes this thread owns.
@@ -202,19 +203,18 @@ fn an_overflow_on_a_worker_thread_is_reported_and_the_others_scratch_is_intact()
                         // SAFETY: inside the block (the canary follows `p`).
                         unsafe { p.add(100).write(0) };
                     }
-                    p.as_ptr() as usize
+                    all_written.wait();
+                    // SAFETY: this thread's 100 bytes, allocated until the reset.
+                    let mine = unsafe { std::slice::from_raw_parts(p.as_ptr(), 100) };
+                    assert!(mine.iter().all(|&b| b == t), "worker {t}");
+                    p.as_ptr().addr()
                 })
             })
             .collect();
         workers.into_iter().map(|w| w.join().unwrap()).collect::<Vec<_>>()
     });
     let err = temp.check().unwrap_err();
-    assert_eq!(err, Error::CanaryCorrupted { addr: overflowed[2], size: 100, byte: 0 });
-    for (t, &addr) in overflowed.iter().enumerate() {
-        // SAFETY: each worker's 100 bytes stay allocated until the reset.
-        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, 100) };
-        assert!(bytes.iter().all(|&b| usize::from(b) == t), "worker {t}");
-    }
+    assert_eq!(err, Error::CanaryCorrupted { addr: addrs[2], size: 100, byte: 0 });
     temp.reset();
     assert_eq!(temp.stats().canary_violations, 1);
 }
