@@ -127,14 +127,14 @@ fn a_prewarmed_allocator_takes_no_memory_in_its_first_inference() {
     fn inference(temp: &dyn TempAllocator, threads: usize, step: usize) {
         let ctx = KernelContext::new(temp);
         let unit = crate::scenarios::scaled(10_000, 500);
-        ctx.allocate_temp(10 * unit + step * 4096, 64).unwrap().fill(std::mem::MaybeUninit::new(1));
+        crate::util::fill(ctx.allocate_temp(10 * unit + step * 4096, 64).unwrap(), 1);
         std::thread::scope(|s| {
             for _ in 0..threads {
                 let ctx = &ctx;
                 s.spawn(move || {
                     for k in 0..4 {
                         let size = unit * (k + 1) + step * 512;
-                        ctx.allocate_temp(size, 128).unwrap().fill(std::mem::MaybeUninit::new(2));
+                        crate::util::fill(ctx.allocate_temp(size, 128).unwrap(), 2);
                     }
                 });
             }
