@@ -258,9 +258,14 @@ step_shim() {
 # it (os::region_reserve) and fall back to heap blocks past it, and every
 # promise still holds. 4 GB leaves room for the C library's per-thread
 # arenas of the 64-thread tests; the binaries are built outside the limit.
+# One test at a time: the reservations' share (a quarter of the limit) is
+# the process's, so two 64-thread tests at once would hold 128 regions'
+# reservations, twice the share, and some threads would run on heap blocks,
+# past the bounds of the mapped promise their test asserts (a CI run failed
+# so on a loaded machine).
 step_ulimit() {
     cargo test -q --no-run --lib --test all --test resident
-    (ulimit -v 4000000 && run_os_tests)
+    (ulimit -v 4000000 && RUST_TEST_THREADS=1 run_os_tests)
 }
 
 # The heap-block fallback of the platforms without reservations (wasm, and
