@@ -101,6 +101,7 @@ impl CachingAllocator {
     /// books (more nested checkpoints or regions than were made room for);
     /// nothing changes then.
     pub fn checkpoint(&self) -> Result<Checkpoint, Error> {
+        self.no_short_reset();
         let mut shared = self.lock();
         let Shared {
             regions,

@@ -291,6 +291,8 @@ impl CachingAllocator {
     /// The calling thread leases `region`; `shared` is the lock's guard if
     /// it holds it.
     pub(super) unsafe fn grow(&self, region: &Region, layout: Layout, shared: Option<&mut Shared>) -> Result<(), Error> {
+        // The region may gain a chunk.
+        self.no_short_reset();
         // SAFETY: the caller's contract, for every call on `region`.
         let need = unsafe { region.need(layout, &self.config) };
         // SAFETY: as above.

@@ -14,8 +14,8 @@ mod region;
 
 use core::alloc::Layout;
 use core::fmt;
-use core::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use checkpoint::Checkpoint;
@@ -73,9 +73,12 @@ pub struct CachingAllocator {
     /// threshold, or 0 with the debug checks, whose requests all take the
     /// slow path (so the fast path has no instruction for them).
     fast_below: usize,
-    /// Neither debug checks nor a retain cap: a reset may take its short
-    /// path.
-    plain_reset: bool,
+    /// The one region, when a reset may take its short path (see
+    /// `reset`); null when it may not. Only a full reset sets it; anything
+    /// that may change what the short path relies on clears it first: a
+    /// growth, a region made, a dedicated chunk, a checkpoint, `prewarm`.
+    /// Read under `&mut self`, so `Relaxed` is enough.
+    short_reset: AtomicPtr<Region>,
     shared: Mutex<Shared>,
     books: Books,
     config: CachingConfig,
@@ -104,7 +107,8 @@ pub(super) struct Shared {
     next_serial: u64,
     /// Canaries of the allocations since the last reset (debug checks only).
     debug: DebugState,
-    /// The most bytes live at once in this window so far.
+    /// The most bytes live at once in this window, as of its last rewind
+    /// (0 without one: a reset takes the most of it and what is live).
     window_high: usize,
     totals: Totals,
 }
@@ -118,10 +122,12 @@ unsafe impl Send for Shared {}
 struct Totals {
     allocations: u64,
     bytes_requested: u64,
-    resets: u64,
     high_water: usize,
     /// The most bytes live at once in the window the last reset ended.
     last_window_high: usize,
+    /// Not beside `bytes_requested`: a reset adds to both, and the two
+    /// adds made one vector add that cost it four instructions more.
+    resets: u64,
     canary_violations: u64,
 }
 
@@ -245,7 +251,7 @@ impl CachingAllocator {
         Ok(CachingAllocator {
             window: lease::Windows::new(),
             fast_below: if config.debug_checks { 0 } else { config.dedicated_from() },
-            plain_reset: !config.debug_checks && config.retain.is_none(),
+            short_reset: AtomicPtr::new(ptr::null_mut()),
             shared: Mutex::new(shared),
             books: Books::new(cache, config.max_bytes),
             config,
@@ -350,6 +356,7 @@ impl CachingAllocator {
     /// What taking memory fails with ([`Error::BudgetExceeded`] past a
     /// limit, [`Error::OutOfMemory`]); what was committed before stays.
     pub fn prewarm(&mut self, plan: &Plan) -> Result<(), Error> {
+        self.no_short_reset();
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
         for (i, &bytes) in plan.regions().iter().enumerate() {
             let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
@@ -439,8 +446,11 @@ impl CachingAllocator {
         let (last, me) = lease::mine(self.id);
         let region = match last {
             Some(last) if self.region(last).lease(me) => last,
-            _ => lease::lease_any(&mut self.lock().regions, me)
-                .ok_or_else(|| Error::out_of_memory(layout))?,
+            _ => {
+                // It may make a region.
+                self.no_short_reset();
+                lease::lease_any(&mut self.lock().regions, me).ok_or_else(|| Error::out_of_memory(layout))?
+            }
         };
         lease::remember(self.window.current, self.id, region);
         Ok(self.region(region))
@@ -484,6 +494,7 @@ impl CachingAllocator {
         layout: Layout,
         extra: usize,
     ) -> Result<NonNull<[u8]>, Error> {
+        self.no_short_reset();
         shared
             .dedicated
             .try_reserve(1)
@@ -541,8 +552,9 @@ impl CachingAllocator {
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
-    /// `reset` with several regions (or none), a region to settle, the
-    /// debug checks, a retain cap or dedicated chunks.
+    /// `reset` when it cannot take the short path: several regions (or
+    /// none), a region to settle, the debug checks, a retain cap, dedicated
+    /// chunks or checkpoints, or the first reset after a growth.
     #[inline(never)]
     fn reset_all(&mut self) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -561,16 +573,36 @@ impl CachingAllocator {
                 _ => FREE,
             };
             // SAFETY: `&mut self`: no thread uses the region.
-            live += shared.totals.fold(unsafe { region.reset(next) });
+            live += shared.totals.fold(unsafe { region.reset(next, false) });
             // SAFETY: as above.
             unsafe { region.settle(&self.books) };
         }
         while !shared.dedicated.is_empty() {
             shared.free_last_dedicated(&self.books);
         }
-        shared.end_window(live);
+        shared.open.clear();
+        shared.marks.clear();
+        let high = core::mem::take(&mut shared.window_high).max(live);
+        shared.end_window(high);
+        // Every region settled, no dedicated chunk, no checkpoint: with one
+        // region, the next reset may take the short path.
+        let plain = !self.config.debug_checks && self.config.retain.is_none();
+        let short = match shared.regions[..] {
+            [only] if plain => only.as_ptr(),
+            _ => ptr::null_mut(),
+        };
+        *self.short_reset.get_mut() = short;
         if let Some(cap) = self.config.retain {
             self.retain(cap);
+        }
+    }
+
+    /// Sends the next reset down the full path: the regions, their chunks,
+    /// the dedicated chunks or the checkpoints may change. Loads first, so
+    /// threads growing at once (with several regions) only read the line.
+    fn no_short_reset(&self) {
+        if !self.short_reset.load(Relaxed).is_null() {
+            self.short_reset.store(ptr::null_mut(), Relaxed);
         }
     }
 
@@ -616,17 +648,19 @@ unsafe impl TempAllocator for CachingAllocator {
 
     #[inline]
     fn reset(&mut self) {
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // The usual case, kept short: one region, settled (see
-        // `Region::settled`), nothing else to undo.
-        let [only] = shared.regions[..] else {
+        // The usual case, kept short: one region with at most one chunk,
+        // nothing else to undo (see `short_reset`).
+        let Some(only) = NonNull::new(*self.short_reset.get_mut()) else {
             return self.reset_all();
         };
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
         let region = deref(&only);
+        debug_assert!(shared.regions[..] == [only] && shared.dedicated.is_empty());
+        // No checkpoint since the last reset, so no rewind either: the
+        // window's high water is what is live now.
+        debug_assert!(shared.open.is_empty() && shared.marks.is_empty() && shared.window_high == 0);
         // SAFETY: `&mut self`: no thread uses the region.
-        if !(self.plain_reset & shared.dedicated.is_empty() & unsafe { region.settled() }) {
-            return self.reset_all();
-        }
+        debug_assert!(unsafe { region.settled() });
         // The new window first: no thread's old token may lead into a region
         // this frees, even if something in it panicked.
         let window = self.window.next();
@@ -634,8 +668,9 @@ unsafe impl TempAllocator for CachingAllocator {
             Some((mine, me)) if mine == only => me,
             _ => FREE,
         };
-        // SAFETY: `&mut self`: no thread uses the region.
-        let live = shared.totals.fold(unsafe { region.reset(next) });
+        // SAFETY: `&mut self`: no thread uses the region; it has at most
+        // one chunk, and no growth since the last reset moved it.
+        let live = shared.totals.fold(unsafe { region.reset(next, true) });
         shared.end_window(live);
     }
 
@@ -671,14 +706,13 @@ unsafe impl TempAllocator for CachingAllocator {
 }
 
 impl Shared {
-    /// Closes the window at a reset, with `live` bytes live just before.
+    /// Closes the window at a reset: `high` is the most bytes it had live
+    /// at once.
     #[inline]
-    fn end_window(&mut self, live: usize) {
-        self.open.clear();
-        self.marks.clear();
+    fn end_window(&mut self, high: usize) {
         let totals = &mut self.totals;
-        totals.last_window_high = core::mem::take(&mut self.window_high).max(live);
-        totals.high_water = totals.high_water.max(totals.last_window_high);
+        totals.last_window_high = high;
+        totals.high_water = totals.high_water.max(high);
         totals.resets += 1;
     }
 

@@ -256,16 +256,18 @@ impl Region {
     /// Ends the window: the counters folded, back to the start of the
     /// current chunk, leased to `next` ([`FREE`], or the resetting thread
     /// for its own region). Then [`settle`](Self::settle), unless
-    /// [`settled`](Self::settled).
+    /// [`settled`](Self::settled). `first_chunk`: the caller knows the
+    /// window stayed in the first chunk.
     ///
     /// # Safety
     ///
     /// `&mut` to the allocator.
     #[inline]
-    pub(super) unsafe fn reset(&self, next: u64) -> Folded {
+    pub(super) unsafe fn reset(&self, next: u64, first_chunk: bool) -> Folded {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
-        let folded = hot.fold(cold, 0);
+        let before = if first_chunk { 0 } else { hot.before() };
+        let folded = hot.fold(cold, 0, before);
         hot.cursor.store(0, Relaxed);
         self.owner.store(next, Release);
         folded
@@ -286,7 +288,7 @@ impl Region {
         let chunk = m.0.min(cold.chunks.len().saturating_sub(1));
         let before = if chunk == 0 { 0 } else { m.2 };
         let cursor = cold.chunks.get(chunk).map_or(0, |c| m.1.min(c.usable()));
-        let folded = hot.fold(cold, m.3.min(hot.live.load(Relaxed)));
+        let folded = hot.fold(cold, m.3.min(hot.live.load(Relaxed)), hot.before());
         hot.install(cold.chunks.get(chunk), chunk, cursor, before);
         if mark.is_none() {
             self.owner.store(next, Release);
@@ -402,14 +404,17 @@ impl Hot {
         self.held.store(cold.chunks.iter().map(Chunk::usable).sum(), Relaxed);
     }
 
-    /// Folds the counters down to `keep_live` live bytes; notes the peak.
+    /// Folds the counters down to `keep_live` live bytes; notes the peak,
+    /// `before` (or 0, for a window known to have stayed in the first
+    /// chunk, which saves a reset two instructions) plus the cursor.
     #[inline]
-    fn fold(&self, cold: &mut Cold, keep_live: usize) -> Folded {
+    fn fold(&self, cold: &mut Cold, keep_live: usize, before: usize) -> Folded {
+        debug_assert!(before == self.before());
         let count = self.count.load(Relaxed);
         let live = self.live.load(Relaxed);
         self.count.store(0, Relaxed);
         self.live.store(keep_live, Relaxed);
-        let used = self.before() + self.cursor.load(Relaxed);
+        let used = before + self.cursor.load(Relaxed);
         cold.peak = cold.peak.max(used);
         Folded {
             allocations: count as u64,

@@ -303,6 +303,77 @@ fn after_trim_held_follows_what_later_windows_use() {
     assert_eq!(temp.stats().bytes_held, 0);
 }
 
+/// A reset after plain windows (one thread, one chunk: the reset's short
+/// path) still undoes a window that did more: a dedicated chunk goes back,
+/// a rewind's high-water mark closes with its window, a region that grew
+/// into a second block settles to one, and a second thread's region
+/// becomes FREE for the next thread (debug builds also assert, at every
+/// short reset, that nothing of these happened).
+#[test]
+fn after_plain_windows_a_reset_still_undoes_whatever_the_window_did() {
+    let config = fast().reserve(None).min_block_size(4 * page()).dedicated_threshold(Some(64 * page()));
+    let mut temp = CachingAllocator::with_config(config);
+    let plain = |temp: &mut CachingAllocator| {
+        let before = temp.stats().system_allocations;
+        for _ in 0..3 {
+            KernelContext::new(temp).allocate_temp(1000, 64).unwrap();
+            temp.reset();
+        }
+        let s = temp.stats();
+        assert_eq!((s.system_allocations, s.window_high_water), (before, 1000), "{s}");
+    };
+    KernelContext::new(&temp).allocate_temp(1000, 64).unwrap();
+    temp.reset();
+    plain(&mut temp);
+
+    let held = temp.stats().bytes_held;
+    KernelContext::new(&temp).allocate_temp(128 * page(), 64).unwrap();
+    temp.reset();
+    assert_eq!(temp.stats().bytes_held, held, "the dedicated chunk went back");
+    plain(&mut temp);
+
+    let cp = temp.checkpoint().unwrap();
+    KernelContext::new(&temp).allocate_temp(5000, 64).unwrap();
+    temp.rewind(cp).unwrap();
+    temp.reset();
+    assert_eq!(temp.stats().window_high_water, 5000);
+    plain(&mut temp); // the rewind's mark closed with its window
+
+    {
+        let ctx = KernelContext::new(&temp);
+        ctx.allocate_temp(3 * page(), 64).unwrap();
+        ctx.allocate_temp(3 * page(), 64).unwrap(); // past the 4-page block
+    }
+    let two_blocks = temp.stats().bytes_held;
+    temp.reset();
+    assert!(temp.stats().bytes_held < two_blocks, "settled to one block");
+    KernelContext::new(&temp).allocate_temp(1000, 64).unwrap(); // may take one
+    temp.reset();
+    plain(&mut temp);
+
+    // A second thread's region, even one that served only a zero-sized
+    // request (no growth), and a window's requests all counted.
+    let before = temp.stats().allocations;
+    std::thread::scope(|s| {
+        KernelContext::new(&temp).allocate_temp(1000, 64).unwrap();
+        s.spawn(|| KernelContext::new(&temp).allocate_temp(0, 1).unwrap());
+    });
+    temp.reset();
+    assert_eq!(temp.stats().allocations, before + 2);
+    std::thread::scope(|s| {
+        KernelContext::new(&temp).allocate_temp(1000, 64).unwrap();
+        s.spawn(|| KernelContext::new(&temp).allocate_temp(1000, 64).unwrap());
+    });
+    temp.reset();
+    let before = temp.stats().system_allocations;
+    std::thread::scope(|s| {
+        s.spawn(|| KernelContext::new(&temp).allocate_temp(1000, 64).unwrap());
+    });
+    assert_eq!(temp.stats().system_allocations, before, "a fresh thread took over the FREE region");
+    temp.reset();
+    plain(&mut temp);
+}
+
 /// One window: the calling thread takes `big` bytes and a worker `small`.
 fn long_prompt_window(temp: &CachingAllocator, big: usize, small: usize) {
     check(fill(KernelContext::new(temp).allocate_temp(big, 64).unwrap(), 1), 1);
