@@ -2,6 +2,7 @@
 //! [`Checkpoint`], the marks it keeps of each region, and
 //! `checkpoint`/`rewind`.
 
+use core::alloc::Layout;
 use core::ptr::{self, NonNull};
 use std::sync::PoisonError;
 
@@ -109,11 +110,8 @@ impl CachingAllocator {
             marks,
             ..
         } = &mut *shared;
-        let oom = Error::OutOfMemory {
-            size: size_of::<Mark>() * regions.len(),
-            align: align_of::<Mark>(),
-        };
-        open.try_reserve(1).map_err(|_| oom)?;
+        open.try_reserve(1).map_err(|_| Error::out_of_memory(Layout::new::<Open>()))?;
+        let oom = Error::OutOfMemory { size: size_of::<Mark>() * regions.len(), align: align_of::<Mark>() };
         marks.try_reserve(regions.len()).map_err(|_| oom)?;
         let at = marks.len();
         marks.extend(super::regions(regions).filter_map(|r| r.mark()));
@@ -182,7 +180,7 @@ impl CachingAllocator {
             // Before any chunk goes back: the memory is still ours to poison.
             shared.totals.canary_violations += shared.debug.recycle(canaries);
         }
-        let mut live = shared.dedicated_live;
+        let mut live = shared.dedicated_live();
         // The new window first, as at a reset.
         self.window.next();
         let (mine, me) = super::lease::mine(self.id);
@@ -192,14 +190,12 @@ impl CachingAllocator {
                 .find(|m| ptr::eq(m.region, region));
             let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
             // SAFETY: `&mut self`: no thread uses the region.
-            live += shared.totals.fold(unsafe { region.rewind(mark, next) });
+            live += unsafe { region.rewind(mark, next, &mut shared.totals) };
         }
         shared.window_high = shared.window_high.max(live);
         shared.marks.truncate(from);
         shared.open.truncate(checkpoint.depth);
-        while shared.dedicated.len() > dedicated {
-            shared.free_last_dedicated(&self.books);
-        }
+        shared.free_dedicated(dedicated, &self.books);
         // The calling thread keeps its region if it leases it (a region with
         // a mark keeps its leaseholder, whoever that is).
         if let Some(mine) = mine.filter(|&m| self.region(m).lease(me)) {

@@ -1,11 +1,7 @@
 //! Debug checks of a [`CachingAllocator`](super::CachingAllocator): a canary
 //! after every allocation, checked at reset, rewind and
 //! [`check`](super::CachingAllocator::check), and poison in recycled memory.
-//!
-//! With the checks on, the fast path takes no request (its size threshold is
-//! 0), so it has no instruction for them: every request leases the thread's
-//! region on the slow path, is carved with room for a canary after it, and
-//! is recorded under the lock.
+//! Every such request takes the slow path and is recorded under the lock.
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
@@ -36,7 +32,7 @@ struct Canary {
     reported: bool,
 }
 
-// SAFETY: `ptr` points into a block the allocator owns (blocks are `Send`);
+// SAFETY: `ptr` points into a chunk the allocator owns (chunks are `Send`);
 // it is only dereferenced under the allocator's lock or through `&mut`.
 unsafe impl Send for Canary {}
 
@@ -44,7 +40,7 @@ impl Canary {
     /// The first canary byte that changed, if any.
     fn damage(&self) -> Option<usize> {
         // SAFETY: the `CANARY_LEN` bytes after the allocation were carved
-        // with it (see `DebugState::carve`) and stay in a block this
+        // with it (`DebugState::padded`, `record`) and stay in a chunk this
         // allocator holds until the canary is dropped; no reference to them
         // was ever handed out. An unaligned read of a `[u8; N]` needs nothing
         // more.
@@ -74,14 +70,9 @@ impl DebugState {
 
     /// The layout to carve for `layout`: room for the canary after it.
     pub(super) fn padded(layout: Layout) -> Result<Layout, Error> {
-        layout
-            .size()
-            .checked_add(CANARY_LEN)
-            .and_then(|size| Layout::from_size_align(size, layout.align()).ok())
-            .ok_or(Error::SizeOverflow {
-                size: layout.size(),
-                align: layout.align(),
-            })
+        // No overflow: `layout.size() <= isize::MAX`.
+        Layout::from_size_align(layout.size() + CANARY_LEN, layout.align())
+            .map_err(|_| Error::layout(layout.size(), layout.align()))
     }
 
     /// Makes room to record one more allocation, before anything is carved.
@@ -117,10 +108,7 @@ impl DebugState {
         for canary in &mut self.canaries {
             if let Some(byte) = canary.damage() {
                 first = first.or(Some(canary.error(byte)));
-                if !canary.reported {
-                    canary.reported = true;
-                    new += 1;
-                }
+                new += u64::from(!core::mem::replace(&mut canary.reported, true));
             }
         }
         (new, first)
@@ -133,12 +121,10 @@ impl DebugState {
     pub(super) fn recycle(&mut self, from: usize) -> u64 {
         let mut new = 0;
         for canary in self.canaries.drain(from.min(self.canaries.len())..) {
-            if canary.damage().is_some() && !canary.reported {
-                new += 1;
-            }
+            new += u64::from(!canary.reported && canary.damage().is_some());
             // SAFETY: the allocation and its canary were carved together
-            // from a block the allocator still holds (recycling happens
-            // before any block is given back), and the caller's `&mut`
+            // from a chunk the allocator still holds (recycling happens
+            // before any chunk is given back), and the caller's `&mut`
             // access means no scratch slice into them is alive.
             unsafe { canary.ptr.write_bytes(POISON, canary.size + CANARY_LEN) };
         }

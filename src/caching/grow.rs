@@ -6,7 +6,7 @@ use core::alloc::Layout;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use super::region::{Region, before_next};
+use super::region::{FREE, Region, before_next};
 use super::{CachingAllocator, CachingConfig, Shared};
 use crate::Error;
 use crate::block::{size_class, size_class_at_most};
@@ -323,7 +323,7 @@ impl CachingAllocator {
             let common = cache.max_bytes().map_or(usize::MAX, |l| l.saturating_sub(cache.held()) + idle);
             own.min(common)
         };
-        let free = || super::regions(&shared.regions).filter(|r| r.is_free() && r.held() != 0);
+        let free = || super::regions(&shared.regions).filter(|r| r.is_leased_to(FREE) && r.held() != 0);
         let reclaimable: usize = free().chain(own).map(Region::held).sum();
         if reclaimable == 0 || room().saturating_add(reclaimable) < least {
             return false;

@@ -1,25 +1,16 @@
-//! Which region a thread bumps in: leases.
+//! Which region a thread bumps in: leases (docs/design.md, "Leases").
 //!
-//! A region is FREE or leased to one thread, named by a serial no other
-//! thread ever has, until the next `reset` or `rewind` (both `&mut`) frees
-//! it. Each thread remembers, in a thread-local without a destructor, the
-//! window token under which it last leased a region, and the region. Every
-//! reset and rewind starts a new window token, so the fast path is one
-//! compare: a thread whose token is the allocator's current one holds the
-//! lease on the region it remembers. Otherwise its slow path takes the lease
-//! back (its own region, if still free or still its own: one
-//! compare-and-swap, no lock), or, under the allocator's lock, leases the
-//! FREE region that holds the most memory, or makes a new one.
-//!
-//! There is no thread-exit code: an exited thread's region stays leased
-//! until the next reset or rewind frees it, and a thread-local destructor
-//! that allocates late is served like any other request.
+//! A region is FREE or leased to one thread's serial until the next `reset`
+//! or `rewind` (both `&mut`), each of which starts a new window token. A
+//! thread remembers the token it last leased under and the region, so the
+//! fast path is one compare. There is no thread-exit code: an exited
+//! thread's region stays leased until the next reset or rewind.
 
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::region::Region;
+use super::region::{FREE, Region};
 
 /// Window tokens: a new one at every reset and rewind of any allocator.
 /// Never 0 (what a thread that leased nothing remembers), never reused.
@@ -79,13 +70,10 @@ thread_local! {
 }
 
 /// The window token the calling thread last leased a region under, and
-/// the region: the fast path's look-up.
-///
-/// If the token is an allocator's current window, the region belongs to that
-/// allocator (tokens are never reused, and only [`remember`] and [`renew`]
-/// store one, with a region of the allocator that issued it), and the thread
-/// holds its lease: leases change hands only at a reset or rewind, which
-/// starts a new token.
+/// the region. If the token is an allocator's current one, the region is
+/// that allocator's (tokens are never reused; only [`remember`] and
+/// [`renew`] store one, with a region of the allocator that issued it) and
+/// the thread holds its lease.
 #[inline(always)]
 pub(super) fn leased() -> (u64, *const Region) {
     THREAD.with(|t| t.lease.get())
@@ -113,18 +101,18 @@ pub(super) fn mine(allocator: u64) -> (Option<NonNull<Region>>, u64) {
 /// thread's serial; the thread remembers that region under `window` at
 /// once, as the reset leases it to the thread again.
 #[inline]
-pub(super) fn renew(allocator: u64, window: u64) -> Option<(NonNull<Region>, u64)> {
+pub(super) fn renew(allocator: u64, window: u64) -> (Option<NonNull<Region>>, u64) {
     THREAD.with(|t| {
         let (id, serial) = t.ids.get();
         if id != allocator {
-            return None;
+            return (None, FREE);
         }
         // A thread remembers an allocator only after a lease, which gave
         // it a serial.
         debug_assert!(serial != 0);
         let (_, region) = t.lease.get();
         t.lease.set((window, region));
-        Some((NonNull::new(region.cast_mut())?, serial))
+        (NonNull::new(region.cast_mut()), serial)
     })
 }
 
@@ -145,19 +133,14 @@ pub(super) fn remember(window: u64, allocator: u64, region: NonNull<Region>) {
 /// there is no memory for a new one.
 pub(super) fn lease_any(regions: &mut Vec<NonNull<Region>>, me: u64) -> Option<NonNull<Region>> {
     loop {
-        // SAFETY: the recorded regions live until the allocator drops.
-        let deref = |r: &NonNull<Region>| unsafe { r.as_ref() };
-        let best = regions
-            .iter()
-            .filter(|r| deref(r).is_free() || deref(r).is_leased_to(me))
-            .max_by_key(|r| (deref(r).is_leased_to(me), deref(r).held()))
-            .copied();
+        let best = super::regions(regions)
+            .filter(|r| r.is_leased_to(FREE) || r.is_leased_to(me))
+            .max_by_key(|r| (r.is_leased_to(me), r.held()));
         let Some(best) = best else { break };
         // Another thread may lease it first, lock-free (its own last
         // region): then look again.
-        // SAFETY: as above.
-        if unsafe { best.as_ref() }.lease(me) {
-            return Some(best);
+        if best.lease(me) {
+            return Some(NonNull::from(best));
         }
     }
     // Room first, so that a region is never made without its record.

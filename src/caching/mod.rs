@@ -31,7 +31,7 @@ pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
 use grow::Books;
-use region::{FREE, Folded, Mark, Region};
+use region::{FREE, Mark, Region};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
@@ -98,8 +98,6 @@ pub(super) struct Shared {
     regions: Vec<NonNull<Region>>,
     /// Chunks of requests above the dedicated threshold, with their sizes.
     dedicated: Vec<(Chunk, usize)>,
-    /// Bytes requested in `dedicated`.
-    dedicated_live: usize,
     /// Checkpoints not yet rewound, outermost first.
     open: Vec<Open>,
     /// Their marks of the regions in use, in the same order.
@@ -119,7 +117,7 @@ unsafe impl Send for Shared {}
 
 /// Counters folded in at resets and rewinds.
 #[derive(Debug, Default)]
-struct Totals {
+pub(super) struct Totals {
     allocations: u64,
     bytes_requested: u64,
     high_water: usize,
@@ -129,15 +127,6 @@ struct Totals {
     /// adds made one vector add that cost it four instructions more.
     resets: u64,
     canary_violations: u64,
-}
-
-impl Totals {
-    /// Adds what a region folded; returns the bytes it had live.
-    fn fold(&mut self, folded: Folded) -> usize {
-        self.allocations += folded.allocations;
-        self.bytes_requested += folded.bytes_requested;
-        folded.live
-    }
 }
 
 /// The regions in `list`, borrowed for as long as the list.
@@ -239,7 +228,6 @@ impl CachingAllocator {
         let shared = Shared {
             regions: room(NESTED_CHECKPOINTS)?,
             dedicated: Vec::new(),
-            dedicated_live: 0,
             open: room(NESTED_CHECKPOINTS)?,
             // A mark per region in use, per checkpoint.
             marks: room(NESTED_CHECKPOINTS * NESTED_CHECKPOINTS)?,
@@ -447,9 +435,14 @@ impl CachingAllocator {
         let region = match last {
             Some(last) if self.region(last).lease(me) => last,
             _ => {
-                // It may make a region.
-                self.no_short_reset();
-                lease::lease_any(&mut self.lock().regions, me).ok_or_else(|| Error::out_of_memory(layout))?
+                let mut shared = self.lock();
+                let before = shared.regions.len();
+                let region = lease::lease_any(&mut shared.regions, me).ok_or_else(|| Error::out_of_memory(layout))?;
+                if shared.regions.len() != before {
+                    // A region made: the short reset knows only one.
+                    self.no_short_reset();
+                }
+                region
             }
         };
         lease::remember(self.window.current, self.id, region);
@@ -470,7 +463,7 @@ impl CachingAllocator {
     ) -> Result<NonNull<[u8]>, Error> {
         // SAFETY: the caller's contract, for every call below.
         if let Some(ptr) = unsafe { region.bump(layout) } {
-            return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
+            return Ok(ptr);
         }
         if layout.size() == 0 {
             // A region without a chunk: nothing to carve, but a request.
@@ -480,10 +473,7 @@ impl CachingAllocator {
         // SAFETY: as above.
         unsafe { self.grow(region, layout, shared)? };
         // SAFETY: as above.
-        match unsafe { region.bump(layout) } {
-            Some(ptr) => Ok(NonNull::slice_from_raw_parts(ptr, layout.size())),
-            None => Err(Error::out_of_memory(layout)),
-        }
+        unsafe { region.bump(layout) }.ok_or_else(|| Error::out_of_memory(layout))
     }
 
     /// A chunk of its own for a request at or above the dedicated threshold,
@@ -514,7 +504,6 @@ impl CachingAllocator {
         // extra` fits.
         let ptr = unsafe { chunk.base().add(pad) };
         shared.dedicated.push((chunk, layout.size()));
-        shared.dedicated_live += layout.size();
         shared.totals.allocations += 1;
         shared.totals.bytes_requested += layout.size() as u64;
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
@@ -562,24 +551,19 @@ impl CachingAllocator {
             // Before any chunk goes back: the memory is still ours to poison.
             shared.totals.canary_violations += shared.debug.recycle(0);
         }
-        let mut live = shared.dedicated_live;
+        let mut live = shared.dedicated_live();
         // The new window first: no thread's old token may lead into a region
         // this loop frees, even if something in it panicked.
         let window = self.window.next();
-        let mine = lease::renew(self.id, window);
+        let (mine, me) = lease::renew(self.id, window);
         for region in regions(&shared.regions) {
-            let next = match mine {
-                Some((mine, me)) if mine == NonNull::from(region) => me,
-                _ => FREE,
-            };
+            let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
             // SAFETY: `&mut self`: no thread uses the region.
-            live += shared.totals.fold(unsafe { region.reset(next, false) });
+            live += unsafe { region.reset(next, false, &mut shared.totals) };
             // SAFETY: as above.
             unsafe { region.settle(&self.books) };
         }
-        while !shared.dedicated.is_empty() {
-            shared.free_last_dedicated(&self.books);
-        }
+        shared.free_dedicated(0, &self.books);
         shared.open.clear();
         shared.marks.clear();
         let high = core::mem::take(&mut shared.window_high).max(live);
@@ -640,7 +624,7 @@ unsafe impl TempAllocator for CachingAllocator {
             // this window's token (see `lease::leased`); the region is this
             // allocator's, alive while `&self` is.
             if let Some(ptr) = unsafe { (*region).bump(layout) } {
-                return Ok(NonNull::slice_from_raw_parts(ptr, layout.size()));
+                return Ok(ptr);
             }
         }
         self.allocate_slow(layout)
@@ -661,16 +645,13 @@ unsafe impl TempAllocator for CachingAllocator {
         debug_assert!(shared.open.is_empty() && shared.marks.is_empty() && shared.window_high == 0);
         // SAFETY: `&mut self`: no thread uses the region.
         debug_assert!(unsafe { region.settled() });
-        // The new window first: no thread's old token may lead into a region
-        // this frees, even if something in it panicked.
+        // The new window first, as in `reset_all`.
         let window = self.window.next();
-        let next = match lease::renew(self.id, window) {
-            Some((mine, me)) if mine == only => me,
-            _ => FREE,
-        };
+        let (mine, me) = lease::renew(self.id, window);
+        let next = if mine == Some(only) { me } else { FREE };
         // SAFETY: `&mut self`: no thread uses the region; it has at most
         // one chunk, and no growth since the last reset moved it.
-        let live = shared.totals.fold(unsafe { region.reset(next, true) });
+        let live = unsafe { region.reset(next, true, &mut shared.totals) };
         shared.end_window(live);
     }
 
@@ -680,7 +661,7 @@ unsafe impl TempAllocator for CachingAllocator {
         // Regions count their own requests until a reset or rewind folds
         // them in: what they hold is live, and requested.
         let (mut allocations, mut requested, mut live) =
-            (t.allocations, t.bytes_requested, shared.dedicated_live);
+            (t.allocations, t.bytes_requested, shared.dedicated_live());
         for region in regions(&shared.regions) {
             allocations += region.count() as u64;
             requested += region.live() as u64;
@@ -716,10 +697,14 @@ impl Shared {
         totals.resets += 1;
     }
 
-    /// Gives the newest dedicated chunk back.
-    fn free_last_dedicated(&mut self, books: &Books) {
-        if let Some((chunk, size)) = self.dedicated.pop() {
-            self.dedicated_live -= size;
+    /// Bytes requested in `dedicated`.
+    fn dedicated_live(&self) -> usize {
+        self.dedicated.iter().map(|(_, size)| size).sum()
+    }
+
+    /// Gives the dedicated chunks from the `from`th on back, newest first.
+    fn free_dedicated(&mut self, from: usize, books: &Books) {
+        for (chunk, _) in self.dedicated.drain(from..).rev() {
             books.give_back(chunk);
         }
     }

@@ -12,6 +12,7 @@ use core::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
 
+use super::Totals;
 use super::grow::Books;
 use crate::block::size_class;
 use crate::chunk::Chunk;
@@ -69,15 +70,6 @@ pub(super) struct Cold {
     pub peak: usize,
 }
 
-/// What a reset or rewind folds into the allocator's totals.
-#[derive(Debug, Default)]
-pub(super) struct Folded {
-    pub allocations: u64,
-    pub bytes_requested: u64,
-    /// Bytes live in the region just before.
-    pub live: usize,
-}
-
 /// Where a region was when a checkpoint was taken.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Mark {
@@ -133,7 +125,7 @@ impl Region {
     /// The caller holds the lease: no other thread bumps the region
     /// meanwhile.
     #[inline(always)]
-    pub(super) unsafe fn bump(&self, layout: Layout) -> Option<NonNull<u8>> {
+    pub(super) unsafe fn bump(&self, layout: Layout) -> Option<NonNull<[u8]>> {
         let hot = &self.hot;
         let base = hot.base.load(Relaxed);
         let cursor = hot.cursor.load(Relaxed);
@@ -155,7 +147,7 @@ impl Region {
         debug_assert!(ptr.addr() % layout.align() == 0);
         // SAFETY: `base` is a chunk start or dangling, neither null, and the
         // offset stays in the chunk (or below `align` past the dangling one).
-        Some(unsafe { NonNull::new_unchecked(ptr) })
+        Some(NonNull::slice_from_raw_parts(unsafe { NonNull::new_unchecked(ptr) }, layout.size()))
     }
 
     /// Leases the region to `me` if it is FREE (one compare-and-swap); `true`
@@ -176,10 +168,6 @@ impl Region {
     #[inline]
     pub(super) fn unlease(&self) {
         self.owner.store(FREE, Release);
-    }
-
-    pub(super) fn is_free(&self) -> bool {
-        self.owner.load(Relaxed) == FREE
     }
 
     /// Whether `me` leases the region. Only `me` (or `&mut` to the
@@ -255,19 +243,19 @@ impl Region {
 
     /// Ends the window: the counters folded, back to the start of the
     /// current chunk, leased to `next` ([`FREE`], or the resetting thread
-    /// for its own region). Then [`settle`](Self::settle), unless
+    /// for its own region); the caller settles it unless it is
     /// [`settled`](Self::settled). `first_chunk`: the caller knows the
-    /// window stayed in the first chunk.
+    /// window stayed in the first chunk. Returns the bytes that were live.
     ///
     /// # Safety
     ///
     /// `&mut` to the allocator.
     #[inline]
-    pub(super) unsafe fn reset(&self, next: u64, first_chunk: bool) -> Folded {
+    pub(super) unsafe fn reset(&self, next: u64, first_chunk: bool, totals: &mut Totals) -> usize {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
         let before = if first_chunk { 0 } else { hot.before() };
-        let folded = hot.fold(cold, 0, before);
+        let folded = hot.fold(cold, 0, before, totals);
         hot.cursor.store(0, Relaxed);
         self.owner.store(next, Release);
         folded
@@ -280,7 +268,7 @@ impl Region {
     /// # Safety
     ///
     /// `&mut` to the allocator.
-    pub(super) unsafe fn rewind(&self, mark: Option<&Mark>, next: u64) -> Folded {
+    pub(super) unsafe fn rewind(&self, mark: Option<&Mark>, next: u64, totals: &mut Totals) -> usize {
         // SAFETY: the caller's contract.
         let (hot, cold) = unsafe { self.cold() };
         let m = mark.map_or((0, 0, 0, 0), |m| (m.chunk, m.cursor, m.before, m.live));
@@ -288,7 +276,7 @@ impl Region {
         let chunk = m.0.min(cold.chunks.len().saturating_sub(1));
         let before = if chunk == 0 { 0 } else { m.2 };
         let cursor = cold.chunks.get(chunk).map_or(0, |c| m.1.min(c.usable()));
-        let folded = hot.fold(cold, m.3.min(hot.live.load(Relaxed)), hot.before());
+        let folded = hot.fold(cold, m.3.min(hot.live.load(Relaxed)), hot.before(), totals);
         hot.install(cold.chunks.get(chunk), chunk, cursor, before);
         if mark.is_none() {
             self.owner.store(next, Release);
@@ -408,19 +396,15 @@ impl Hot {
     /// `before` (or 0, for a window known to have stayed in the first
     /// chunk, which saves a reset two instructions) plus the cursor.
     #[inline]
-    fn fold(&self, cold: &mut Cold, keep_live: usize, before: usize) -> Folded {
+    fn fold(&self, cold: &mut Cold, keep_live: usize, before: usize, totals: &mut Totals) -> usize {
         debug_assert!(before == self.before());
-        let count = self.count.load(Relaxed);
         let live = self.live.load(Relaxed);
+        totals.allocations += self.count.load(Relaxed) as u64;
+        totals.bytes_requested += (live - keep_live) as u64;
         self.count.store(0, Relaxed);
         self.live.store(keep_live, Relaxed);
-        let used = before + self.cursor.load(Relaxed);
-        cold.peak = cold.peak.max(used);
-        Folded {
-            allocations: count as u64,
-            bytes_requested: (live - keep_live) as u64,
-            live,
-        }
+        cold.peak = cold.peak.max(before + self.cursor.load(Relaxed));
+        live
     }
 }
 
