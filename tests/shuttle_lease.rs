@@ -113,7 +113,7 @@ impl Region {
         self.owner.store(FREE, Release);
     }
 
-    /// `Region::is_free`.
+    /// `Region::is_leased_to(FREE)`.
     fn is_free(&self) -> bool {
         self.owner.load(Relaxed) == FREE
     }
