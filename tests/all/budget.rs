@@ -109,6 +109,55 @@ fn a_limit_covering_each_threads_window_and_a_page_serves_any_thread_count() {
     }
 }
 
+/// `threads` fresh threads per window, each taking `window` bytes in 16
+/// requests, three windows, under `limit`; the first error, if any.
+fn large_windows(threads: usize, window: usize, limit: usize) -> Result<(), Error> {
+    let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(limit)));
+    for _window in 0..3 {
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let temp = &temp;
+                    s.spawn(move || {
+                        let ctx = KernelContext::new(temp);
+                        let mut kept = Vec::new();
+                        for i in 0..16 {
+                            kept.push(fill(ctx.allocate_temp(window / 16, 64)?, t + i));
+                        }
+                        for (i, buffer) in kept.into_iter().enumerate() {
+                            check(buffer, t + i);
+                        }
+                        Ok::<_, Error>(())
+                    })
+                })
+                .collect();
+            workers.into_iter().try_for_each(|w| w.join().unwrap())
+        })?;
+        temp.reset();
+    }
+    Ok(())
+}
+
+#[test]
+fn a_limit_covering_each_threads_window_and_a_growth_step_serves_large_windows() {
+    // The docs' rule where a growth step is more than a page: each thread's
+    // most in one window, plus an eighth of it (at least a page); on heap
+    // blocks, twice each thread's most and a page. The windows are whole
+    // multiples of 8 pages at every page size, so an eighth is whole pages.
+    let window = scaled(128, 8) * page();
+    let per_thread = if mapped() { window + (window / 8).max(page()) } else { 2 * window + page() };
+    for threads in [1, 2, 4, 8] {
+        let served = large_windows(threads, window, threads * per_thread);
+        assert_eq!(served, Ok(()), "{threads} threads of {window} B under {}", threads * per_thread);
+    }
+    // A page per thread is not enough for such windows, as the README once
+    // said: one thread finds the room taken by the other's growth step.
+    if mapped() {
+        let err = large_windows(2, window, 2 * (window + page())).unwrap_err();
+        assert!(matches!(err, Error::BudgetExceeded { .. }), "{err}");
+    }
+}
+
 #[test]
 fn a_request_over_the_limit_is_over_budget_whatever_its_size() {
     let limit = 64 << 20;
