@@ -105,8 +105,10 @@ impl CachingConfig {
     /// its region (12.5% of what the region holds, and at least one page:
     /// the least a thread's region can hold is one page).
     /// When threads split the work the same way every call, that is what is
-    /// live plus a step per thread; a work-stealing pool's workers each keep
-    /// the most they ever took (see `trim` and `retain` for giving it back).
+    /// live plus a step per thread; a work-stealing pool's workers, and
+    /// fresh threads whose shares differ and that start in another order
+    /// each window, each keep the most they ever took (see `trim` and
+    /// `retain` for giving it back).
     /// On heap blocks (where nothing can be reserved; see
     /// [`reserve`](Self::reserve())) a region that outgrows its block chains
     /// one twice as large in that window, so the limit must cover twice each
@@ -227,8 +229,10 @@ impl CachingConfig {
     /// of silently corrupting its neighbour; and recycled memory filled with
     /// `0xDD` at reset and rewind, so a kernel reading scratch it did not
     /// write sees garbage at once. Every request then takes the allocator's
-    /// lock (the lock-free path is not used), so it is slower; with the
-    /// checks off the fast path is exactly as fast as without the option.
+    /// lock (the lock-free path is not used), so it is slower, and takes 16
+    /// bytes more (and its alignment's padding), which counts as use in
+    /// every memory bound; with the checks off the fast path is exactly as
+    /// fast as without the option.
     /// On by default in debug builds (`cfg!(debug_assertions)`).
     ///
     /// ```

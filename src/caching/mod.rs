@@ -45,7 +45,8 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 /// them, so it grows in place, and after warm-up an inference makes **zero**
 /// system allocations; what the system keeps resident for it stays within
 /// 12.5% (and a page) of the most its thread used in one window, from the
-/// first inference on. Fresh threads lease the regions the last ones left.
+/// first inference on. Fresh threads lease the regions the last ones left,
+/// the largest first.
 /// Where nothing can be reserved (Miri, `ulimit -v`), regions use heap
 /// blocks sized to their peak. [`checkpoint`](CachingAllocator::checkpoint)
 /// and [`rewind`](CachingAllocator::rewind) recycle one kernel's scratch
@@ -293,7 +294,9 @@ impl CachingAllocator {
     /// address range: resident memory falls to what is live, and every region
     /// forgets the most it ever used, growing to what its thread uses from
     /// now on. For a memory warning between inferences. A page the system
-    /// refuses to decommit stays counted as held.
+    /// refuses to decommit stays counted as held. On heap blocks (where
+    /// nothing can be reserved, see [`CachingConfig::reserve`]) a region's
+    /// current block stays whole, and only the blocks after it go.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
@@ -302,7 +305,7 @@ impl CachingAllocator {
     /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?;
     /// temp.reset();
     /// temp.trim();
-    /// assert!(temp.stats().bytes_held < 4 << 20);
+    /// assert!(temp.stats().bytes_held < 4 << 20); // where regions are reserved
     /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?; // still served
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
@@ -602,8 +605,10 @@ impl CachingAllocator {
             let Some(region) = largest.filter(|_| excess > 0) else {
                 break;
             };
+            // Whole pages, rounded down: a decommit keeps whole pages.
+            let keep = region.held().saturating_sub(excess) & !(page_size() - 1);
             // SAFETY: `&mut self`, after a reset: nothing in use.
-            unsafe { region.shed(books, Some(region.held().saturating_sub(excess))) };
+            unsafe { region.shed(books, Some(keep)) };
         }
     }
 }

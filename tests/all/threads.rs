@@ -12,7 +12,7 @@ use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
 
 use crate::counting::counts;
 use crate::scenarios::{
-    all_at_once, assert_disjoint, fast, fresh_threads, one_after_another, page, persistent, range, scaled,
+    all_at_once, assert_disjoint, fast, fresh_threads, mapped, one_after_another, page, persistent, range, scaled,
     settled_from,
 };
 use crate::util::{Lcg, check, fill};
@@ -108,6 +108,43 @@ fn memory_held_follows_the_threads_of_one_window_not_the_threads_ever_seen() {
             "window {window}, {threads} threads: {s}"
         );
         temp.reset();
+    }
+}
+
+#[test]
+fn fresh_threads_with_unequal_shares_hold_at_most_the_largest_share_each() {
+    // A fresh thread leases the FREE region that holds the most, whatever
+    // its share: when the busiest thread starts first every window, held
+    // memory is each share plus a growth step; in another order every
+    // region can grow to the largest share ("Shares that vary"), and a
+    // limit of the largest share plus a step per thread serves.
+    let (big, small) = (scaled(64, 8) * page(), scaled(4, 1) * page());
+    let step = |share: usize| if mapped() { share + (share / 8).max(page()) } else { 2 * share + page() };
+    for busiest_first in [true, false] {
+        let bound = if busiest_first { step(big) + step(small) } else { 2 * step(big) };
+        let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(bound)));
+        for window in 0..4 {
+            let order = if busiest_first || window % 2 == 0 { [big, small] } else { [small, big] };
+            for (t, share) in order.into_iter().enumerate() {
+                // One after the other: an exited thread keeps its region
+                // leased until the reset, so the second leases another.
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        let ctx = KernelContext::new(&temp);
+                        let mut kept = Vec::new();
+                        for i in 0..share / page() {
+                            kept.push(fill(ctx.allocate_temp(page(), 64).unwrap(), t + i));
+                        }
+                        for (i, buffer) in kept.into_iter().enumerate() {
+                            check(buffer, t + i);
+                        }
+                    });
+                });
+            }
+            temp.reset();
+            let held = temp.stats().bytes_held;
+            assert!(held <= bound, "busiest first {busiest_first}, window {window}: {held} held, bound {bound}");
+        }
     }
 }
 
@@ -272,22 +309,28 @@ fn stats_read_while_fresh_and_persistent_threads_allocate_count_every_request() 
             if t != 0 {
                 return random_requests(temp, seed, n);
             }
-            let reading = AtomicBool::new(true);
+            let (reading, started) = (AtomicBool::new(true), AtomicBool::new(false));
             std::thread::scope(|s| {
+                // Reads from before the first request to after the last,
+                // however the threads are scheduled.
                 let reader = s.spawn(|| {
-                    let mut reads = 0u64;
-                    while reading.load(Relaxed) {
+                    loop {
                         assert_eq!(temp.stats().canary_violations, 0);
-                        reads += 1;
+                        started.store(true, Relaxed);
+                        if !reading.load(Relaxed) {
+                            break;
+                        }
                     }
-                    reads
                 });
+                while !started.load(Relaxed) {
+                    std::thread::yield_now();
+                }
                 let others: Vec<_> =
                     (0..fresh).map(|f| s.spawn(move || random_requests(temp, seed + 10 * f as u64 + 10, n))).collect();
                 let mut served = random_requests(temp, seed, n);
                 served += others.into_iter().map(|o| o.join().unwrap()).sum::<u64>();
                 reading.store(false, Relaxed);
-                assert!(reader.join().unwrap() > 0);
+                reader.join().unwrap();
                 served
             })
         },
