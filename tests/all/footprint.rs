@@ -480,6 +480,59 @@ fn dropping_the_allocator_gives_everything_back() {
     assert!(s.system_frees > 0, "{s}");
 }
 
+/// Minor page faults the calling thread has taken so far.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn faults_of_this_thread() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `getrusage` writes one `rusage` where it is told.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) }, 0);
+    // SAFETY: it succeeded, so the value is written (and zeroed before).
+    unsafe { usage.assume_init() }.ru_minflt as u64
+}
+
+/// The system's page size, as the process is told it.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn system_page() -> usize {
+    // SAFETY: `sysconf` only reads the name it is given.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap()
+}
+
+/// Faults the calling thread takes writing every system page of a first
+/// request of `size` bytes (a kernel's first pass over its scratch).
+#[cfg(all(target_os = "linux", not(miri)))]
+fn faults_writing_first_scratch(temp: &CachingAllocator, size: usize) -> u64 {
+    let ctx = KernelContext::new(temp);
+    let scratch = ctx.allocate_temp(size, 64).unwrap();
+    let before = faults_of_this_thread();
+    for i in (0..size).step_by(system_page()) {
+        scratch[i].write(1);
+    }
+    faults_of_this_thread() - before
+}
+
+#[test]
+#[cfg(all(target_os = "linux", not(miri)))]
+fn prefaulted_scratch_takes_no_page_fault_in_the_kernel() {
+    use tempalloc::trace::Plan;
+
+    // What `prefault` promises, with and without `prewarm`: the faults are
+    // taken when memory is committed, in the allocator's slow path, not when
+    // a kernel first writes its scratch. A page in 64 may still fault
+    // (automatic NUMA balancing, an emulator's own writes on the thread).
+    let size = 4 << 20;
+    let slack = (size / system_page() / 64) as u64;
+    let config = fast().prefault(true);
+    let prefaulted = faults_writing_first_scratch(&CachingAllocator::with_config(config), size);
+    assert!(prefaulted <= slack, "{prefaulted} faults writing {size} prefaulted bytes");
+    let mut prewarmed = CachingAllocator::with_config(config);
+    prewarmed.prewarm(&Plan::from_regions([size])).unwrap();
+    let faults = faults_writing_first_scratch(&prewarmed, size);
+    assert!(faults <= slack, "{faults} faults writing {size} prewarmed bytes");
+    // Without it, the kernel takes them: the count sees them.
+    let faults = faults_writing_first_scratch(&CachingAllocator::with_config(fast()), size);
+    assert!(faults > slack, "{faults} faults writing {size} fresh bytes");
+}
+
 #[test]
 fn prefaulted_huge_page_regions_take_memory_once() {
     let config = fast().prefault(true).huge_pages(true).min_block_size(4 << 20);
