@@ -605,10 +605,8 @@ impl CachingAllocator {
             let Some(region) = largest.filter(|_| excess > 0) else {
                 break;
             };
-            // Whole pages, rounded down: a decommit keeps whole pages.
-            let keep = region.held().saturating_sub(excess) & !(page_size() - 1);
             // SAFETY: `&mut self`, after a reset: nothing in use.
-            unsafe { region.shed(books, Some(keep)) };
+            unsafe { region.shed(books, Some(region.held().saturating_sub(excess))) };
         }
     }
 }

@@ -16,6 +16,7 @@ use super::Totals;
 use super::grow::Books;
 use crate::block::size_class;
 use crate::chunk::Chunk;
+use crate::os::page_size;
 
 /// The `owner` of a region nobody leases.
 pub(super) const FREE: u64 = 0;
@@ -335,10 +336,11 @@ impl Region {
         hot.sync_held(cold);
     }
 
-    /// Gives back the region's memory down to `keep` bytes (whole pages of
-    /// its first reservation, which keeps its address range; a heap block
-    /// cannot shrink, so it goes), or all of it with `None`, and lowers its
-    /// peak to match: for the budget rule, the retain cap and `release`.
+    /// Gives back the region's memory down to at most `keep` bytes (whole
+    /// pages of its first reservation, rounded down, which keeps its address
+    /// range; a heap block cannot shrink, so it goes), or all of it with
+    /// `None`, and lowers its peak to match: for the budget rule, the retain
+    /// cap and `release`.
     ///
     /// # Safety
     ///
@@ -349,7 +351,8 @@ impl Region {
         let (hot, cold) = unsafe { self.cold() };
         let keep_first = keep.is_some() && matches!(cold.chunks.first(), Some(Chunk::Mapped(_)));
         books.give_back_all(&mut cold.chunks, usize::from(keep_first));
-        let keep = keep.unwrap_or(0);
+        // Rounded down: a decommit keeps the page `keep` ends in.
+        let keep = keep.unwrap_or(0) & !(page_size() - 1);
         if let Some(Chunk::Mapped(m)) = cold.chunks.first_mut() {
             books.decommit(m, keep);
         }

@@ -528,9 +528,10 @@ fn prefaulted_scratch_takes_no_page_fault_in_the_kernel() {
     prewarmed.prewarm(&Plan::from_regions([size])).unwrap();
     let faults = faults_writing_first_scratch(&prewarmed, size);
     assert!(faults <= slack, "{faults} faults writing {size} prewarmed bytes");
-    // Without it, the kernel takes them: the count sees them.
+    // Without it, the kernel takes them: the count sees them (one per huge
+    // page where transparent huge pages are always on, so only "some").
     let faults = faults_writing_first_scratch(&CachingAllocator::with_config(fast()), size);
-    assert!(faults > slack, "{faults} faults writing {size} fresh bytes");
+    assert!(faults > 0, "no fault writing {size} fresh bytes");
 }
 
 #[test]
