@@ -284,6 +284,12 @@ step_fallback() {
     TEMPALLOC_PAGE_SIZE=65536 run_os_tests
 }
 
+# Not a test: qemu-aarch64 into target/ (.ci/install.sh calls it early, so
+# the aarch64 step does not wait for the download).
+step_fetch() {
+    qemu_aarch64 >/dev/null
+}
+
 # ---------------------------------------------------------------- main
 
 steps=("$@")

@@ -277,6 +277,7 @@ impl CachingAllocator {
         &mut self,
         f: impl for<'f> FnOnce(&mut Frame<'f, Self>) -> Result<R, E>,
     ) -> Result<R, E> {
+        self.adopt_largest();
         run_frame(self, f)
     }
 }

@@ -427,7 +427,7 @@ impl CachingAllocator {
         }
         let region = self.lease(layout)?;
         // SAFETY: the calling thread leases `region`.
-        unsafe { self.bump_or_grow(region, layout, None) }
+        unsafe { self.bump_or_grow(region, layout, None) }.map(|(ptr, _)| ptr)
     }
 
     /// The calling thread's region for this window: the one it last leased
@@ -452,31 +452,106 @@ impl CachingAllocator {
         Ok(self.region(region))
     }
 
-    /// Carves `layout` from `region`, growing it first if it is full.
+    /// Carves `layout` from `region`, or from a FREE region with the room
+    /// if nothing is in `region` yet, else grows `region` first. Returns
+    /// the region that served it too.
     ///
     /// # Safety
     ///
     /// The calling thread leases `region`; `shared` is the lock's guard if
     /// it holds it.
-    unsafe fn bump_or_grow(
-        &self,
-        region: &Region,
+    unsafe fn bump_or_grow<'r>(
+        &'r self,
+        region: &'r Region,
         layout: Layout,
         shared: Option<&mut Shared>,
-    ) -> Result<NonNull<[u8]>, Error> {
+    ) -> Result<(NonNull<[u8]>, &'r Region), Error> {
         // SAFETY: the caller's contract, for every call below.
         if let Some(ptr) = unsafe { region.bump(layout) } {
-            return Ok(ptr);
+            return Ok((ptr, region));
         }
         if layout.size() == 0 {
             // A region without a chunk: nothing to carve, but a request.
             region.count_request(0);
-            return Ok(dangling(layout));
+            return Ok((dangling(layout), region));
+        }
+        // Memory follows the work: a thread with nothing in its region yet
+        // moves to room committed and idle this window before the region
+        // grows. (One with scratch in it grows: the room it would take is a
+        // region the next kernel's threads need.)
+        // SAFETY: as above.
+        let peak = unsafe { region.cold() }.1.peak;
+        let (shared, region) = match shared {
+            _ if !region.is_empty() => (shared, region),
+            Some(shared) => {
+                let region = self.take_idle(shared, region, layout, peak).unwrap_or(region);
+                (Some(shared), region)
+            }
+            None => (None, self.take_idle(&mut self.lock(), region, layout, peak).unwrap_or(region)),
+        };
+        // SAFETY: as above (`take_idle` leased the region it returns).
+        if let Some(ptr) = unsafe { region.bump(layout) } {
+            return Ok((ptr, region));
         }
         // SAFETY: as above.
         unsafe { self.grow(region, layout, shared)? };
         // SAFETY: as above.
-        unsafe { region.bump(layout) }.ok_or_else(|| Error::out_of_memory(layout))
+        let ptr = unsafe { region.bump(layout) }.ok_or_else(|| Error::out_of_memory(layout))?;
+        Ok((ptr, region))
+    }
+
+    /// A FREE region whose committed room serves `layout` now and holds
+    /// `peak` (what `region` would grow to: the most its thread used in
+    /// one window), the smallest such, so larger rooms stay for larger
+    /// needs; leased to the calling thread in place of `region`, which has
+    /// nothing in it and becomes FREE. A thread whose share of the work
+    /// grew takes memory another thread left idle before anything is
+    /// committed. `None` when no FREE region has the room.
+    #[cold]
+    fn take_idle(&self, shared: &mut Shared, region: &Region, layout: Layout, peak: usize) -> Option<&Region> {
+        debug_assert!(region.is_empty());
+        let (_, me) = lease::mine(self.id);
+        loop {
+            let idle = regions(&shared.regions)
+                .filter(|r| !ptr::eq(*r, region) && r.is_leased_to(FREE) && r.fits(layout) && r.room() >= peak)
+                .min_by_key(|r| r.room())?;
+            // Another thread may lease it first, lock-free (its own last
+            // region): then look again.
+            if idle.lease(me) {
+                region.unlease();
+                lease::remember(self.window.current, self.id, NonNull::from(idle));
+                return Some(self.region(NonNull::from(idle)));
+            }
+        }
+    }
+
+    /// The frame's thread takes the region that holds the most, when
+    /// nothing is live: what an inference keeps for its whole length lands
+    /// in one region whichever thread runs the frame (a rayon worker, the
+    /// caller), instead of one copy per thread that ever ran one. The other
+    /// regions become FREE, for the frame's kernels' threads.
+    fn adopt_largest(&mut self) {
+        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let quiet = shared.open.is_empty() && shared.dedicated.is_empty();
+        let (mine, me) = lease::mine(self.id);
+        let largest = regions(&shared.regions).max_by_key(|r| r.held());
+        let Some(largest) = largest.filter(|_| quiet) else {
+            return;
+        };
+        if mine == Some(NonNull::from(largest)) && largest.is_leased_to(me)
+            || regions(&shared.regions).any(|r| !r.is_empty())
+        {
+            return;
+        }
+        // Leases change: a new window, so no thread's fast path reaches a
+        // region through the token it leased it under.
+        let window = self.window.next();
+        for region in regions(&shared.regions) {
+            region.unlease();
+        }
+        let leased = largest.lease(me);
+        debug_assert!(leased, "every region was just made FREE, under `&mut self`");
+        lease::remember(window, self.id, NonNull::from(largest));
     }
 
     /// A chunk of its own for a request at or above the dedicated threshold,
@@ -534,10 +609,10 @@ impl CachingAllocator {
             Some(region) => {
                 // SAFETY: the calling thread leases `region` and holds the lock.
                 let carved = unsafe { self.bump_or_grow(region, padded, Some(&mut shared)) };
-                let ptr = carved.map_err(|e| e.for_request(layout))?.cast();
+                let (ptr, region) = carved.map_err(|e| e.for_request(layout))?;
                 // The region counted the canary as requested; the caller did not.
                 region.count_request(-(CANARY_LEN as isize));
-                ptr
+                ptr.cast()
             }
         };
         shared.debug.record(ptr, layout.size());

@@ -151,6 +151,29 @@ impl Region {
         Some(NonNull::slice_from_raw_parts(unsafe { NonNull::new_unchecked(ptr) }, layout.size()))
     }
 
+    /// Whether `layout` fits in the current chunk as it stands: what
+    /// [`bump`](Self::bump) would carve, without carving. Any thread may
+    /// ask; the answer holds while the region stays FREE.
+    pub(super) fn fits(&self, layout: Layout) -> bool {
+        let hot = &self.hot;
+        let cursor = hot.cursor.load(Relaxed);
+        let pad = hot.base.load(Relaxed).addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
+        // No overflow, as in `bump`.
+        cursor + pad + layout.size() <= hot.limit.load(Relaxed)
+    }
+
+    /// Whether nothing was carved from the region this window: the state a
+    /// reset or a rewind without a mark leaves it in.
+    pub(super) fn is_empty(&self) -> bool {
+        self.hot.position() == (0, 0) && self.live() == 0
+    }
+
+    /// Bytes the current chunk can serve without growing: its committed
+    /// room above the cursor.
+    pub(super) fn room(&self) -> usize {
+        self.hot.limit.load(Relaxed).saturating_sub(self.hot.cursor.load(Relaxed))
+    }
+
     /// Leases the region to `me` if it is FREE (one compare-and-swap); `true`
     /// also if `me` leases it already.
     #[inline]

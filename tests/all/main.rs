@@ -55,4 +55,5 @@ with_std! {
     mod threads;
     mod trace;
     mod vec_in;
+    mod work;
 }
