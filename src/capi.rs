@@ -80,6 +80,48 @@ pub const TEMPALLOC_ERROR_FRAME_SUSPENDED: tempalloc_error = 12;
 /// came while one of those ran; the call refused did nothing.
 pub const TEMPALLOC_ERROR_CONCURRENT_USE: tempalloc_error = 13;
 
+/// The C++ adapter's code for a header that does not match the library
+/// ([`tempalloc_version`] differs from `TEMPALLOC_VERSION`): the adapter
+/// makes no allocator. The library itself never returns it.
+pub const TEMPALLOC_ERROR_VERSION_MISMATCH: tempalloc_error = 14;
+
+/// The major version of the crate the header was generated from (Cargo.toml's
+/// `version`; a test keeps them equal).
+pub const TEMPALLOC_VERSION_MAJOR: u32 = 0;
+/// The minor version: before 1.0 a new minor version may change the ABI.
+pub const TEMPALLOC_VERSION_MINOR: u32 = 1;
+/// The patch version.
+pub const TEMPALLOC_VERSION_PATCH: u32 = 0;
+/// `MAJOR * 10000 + MINOR * 100 + PATCH` of the header, what
+/// [`tempalloc_version`] returns for the library (mimalloc's
+/// `MI_MALLOC_VERSION` and `mi_version()` convention).
+pub const TEMPALLOC_VERSION: u32 = 100;
+
+/// The version of the library linked, `MAJOR * 10000 + MINOR * 100 + PATCH`:
+/// compare it with the header's `TEMPALLOC_VERSION` to catch a header that
+/// does not match the library (the C++ adapter does at construction).
+///
+/// Thread safety: any thread, any time.
+#[unsafe(no_mangle)]
+pub extern "C" fn tempalloc_version() -> u32 {
+    // From Cargo.toml, not the constants: a library built from another
+    // version than the header says so.
+    const fn parse(s: &str) -> u32 {
+        let b = s.as_bytes();
+        let mut i = 0;
+        let mut n = 0;
+        while i < b.len() {
+            n = n * 10 + (b[i] - b'0') as u32;
+            i += 1;
+        }
+        n
+    }
+    const VERSION: u32 = parse(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+        + parse(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + parse(env!("CARGO_PKG_VERSION_PATCH"));
+    VERSION
+}
+
 /// The code C sees for `error`.
 fn code(error: Error) -> tempalloc_error {
     // No wildcard arm: a new `Error` variant must get its own code here.
@@ -105,7 +147,7 @@ pub struct tempalloc_config {
     /// Budget for idle memory of the allocator's own cache, in bytes: what it
     /// keeps for reuse after a release rather than give back to the system.
     /// Ignored with a shared cache.
-    pub max_cached_bytes: usize,
+    pub idle_budget: usize,
     /// Hard limit on all memory the allocator takes from the system; 0
     /// means no limit. Honoured with a shared cache too: the allocator's own
     /// limit within the cache's (a session's cap within the sessions'
@@ -351,7 +393,7 @@ fn status<T>(result: Result<T, tempalloc_error>, out: Option<&mut T>) -> tempall
 pub extern "C" fn tempalloc_config_default() -> tempalloc_config {
     let c = CachingConfig::default();
     tempalloc_config {
-        max_cached_bytes: 0,
+        idle_budget: 0,
         max_bytes: c.max_bytes.unwrap_or(0),
         min_block_size: c.min_block_size,
         dedicated_threshold: c.dedicated_threshold.unwrap_or(0),
@@ -362,7 +404,7 @@ pub extern "C" fn tempalloc_config_default() -> tempalloc_config {
 }
 
 /// Creates an allocator with a block cache of its own, limited by
-/// `config->max_cached_bytes` and `config->max_bytes`. A NULL `config`
+/// `config->idle_budget` and `config->max_bytes`. A NULL `config`
 /// means [`tempalloc_config_default`]. Returns the handle, or NULL with the
 /// code in `*error` (`error` may be NULL). Free it with
 /// [`tempalloc_allocator_destroy`].
@@ -381,7 +423,7 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
     // SAFETY: the caller guarantees `config` is NULL or valid to read.
     let config = unsafe { config.as_ref() }.copied();
     let result = guard(|| {
-        let idle = config.map_or(0, |c| c.max_cached_bytes);
+        let idle = config.map_or(0, |c| c.idle_budget);
         let config = tempalloc_config::read(config)?;
         let cache = Arc::new(BlockCache::with_idle_budget(idle));
         handles::new_allocator(
@@ -398,7 +440,7 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
 
 /// Creates an allocator that takes and gives back its blocks through the
 /// shared `cache`, under the cache's limits and its own `config->max_bytes`
-/// (a session's cap within the shared budget; `config->max_cached_bytes` is
+/// (a session's cap within the shared budget; `config->idle_budget` is
 /// the cache's to set, and not used here). A NULL `config` means
 /// [`tempalloc_config_default`]. Returns the handle, or NULL with the code in
 /// `*error`: [`TEMPALLOC_ERROR_NULL_ARGUMENT`] when `cache` is NULL. The
@@ -690,7 +732,7 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
 }
 
 /// Creates a block cache for several allocators (one per session or model)
-/// to share: at most `max_cached_bytes` idle, and at most `max_bytes` taken
+/// to share: at most `idle_budget` idle, and at most `max_bytes` taken
 /// from the system in all (0 means no limit). Returns the handle, or NULL
 /// with the code in `*error` (`error` may be NULL). Free it with
 /// [`tempalloc_block_cache_destroy`].
@@ -702,13 +744,13 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
 /// `error` is NULL or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_block_cache_create(
-    max_cached_bytes: usize,
+    idle_budget: usize,
     max_bytes: usize,
     error: *mut tempalloc_error,
 ) -> *mut tempalloc_block_cache {
     let result = guard(|| {
         let limit = (max_bytes != 0).then_some(max_bytes);
-        let cache = BlockCache::with_limits(max_cached_bytes, limit);
+        let cache = BlockCache::with_limits(idle_budget, limit);
         handles::new_cache(Arc::new(cache))
     });
     let mut handle = ptr::null_mut();
@@ -958,6 +1000,9 @@ fn message(code: tempalloc_error) -> &'static CStr {
             c"invalid handle: destroyed, or not a handle of this kind (debug builds)"
         }
         TEMPALLOC_ERROR_FRAME_SUSPENDED => c"frame suspended: not produced by the C API",
+        TEMPALLOC_ERROR_VERSION_MISMATCH => {
+            c"version mismatch: tempalloc.h is not the header of the library linked"
+        }
         TEMPALLOC_ERROR_CONCURRENT_USE => {
             c"concurrent use: a reset, release, checkpoint or rewind overlapped another call on the allocator (debug builds)"
         }
@@ -1026,7 +1071,7 @@ mod tests {
             assert!(!seen.contains(&expected), "code {expected} used twice");
             seen.push(expected);
         }
-        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_CONCURRENT_USE {
+        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_VERSION_MISMATCH {
             assert_ne!(message(c), "unknown tempalloc error code", "code {c}");
         }
         assert_eq!(message(-1), "unknown tempalloc error code");
@@ -1038,7 +1083,7 @@ mod tests {
         let c = tempalloc_config_default();
         assert_eq!(c.to_config(), Ok(CachingConfig::default()));
         let zeroed = tempalloc_config {
-            max_cached_bytes: 0,
+            idle_budget: 0,
             max_bytes: 0,
             min_block_size: 0,
             dedicated_threshold: 0,

@@ -648,6 +648,37 @@ fn cpp_adapter_test_passes() {
     }
 }
 
+/// Issue 31, item 5: a header of another version than the library makes
+/// the adapter refuse at construction, with an error code.
+#[test]
+fn cpp_adapter_refuses_a_header_of_another_version() {
+    if let Some(cxx) = compiler("cpp_adapter_refuses_a_header_of_another_version", "CXX", "g++") {
+        build_and_run(
+            &cxx,
+            &["-std=c++17"],
+            "tests/cpp/version_mismatch.cpp",
+            "version_mismatch",
+        );
+    }
+}
+
+/// Issue 31, item 5: the header's version constants and the library's
+/// `tempalloc_version` are Cargo.toml's version.
+#[test]
+fn the_versions_are_cargo_tomls() {
+    let parse = |s: &str| s.parse::<u32>().expect("a number");
+    let major = parse(env!("CARGO_PKG_VERSION_MAJOR"));
+    let minor = parse(env!("CARGO_PKG_VERSION_MINOR"));
+    let patch = parse(env!("CARGO_PKG_VERSION_PATCH"));
+    assert_eq!(
+        (TEMPALLOC_VERSION_MAJOR, TEMPALLOC_VERSION_MINOR, TEMPALLOC_VERSION_PATCH),
+        (major, minor, patch),
+        "update the TEMPALLOC_VERSION_* constants in src/capi.rs with Cargo.toml's version"
+    );
+    assert_eq!(TEMPALLOC_VERSION, major * 10000 + minor * 100 + patch);
+    assert_eq!(tempalloc_version(), TEMPALLOC_VERSION);
+}
+
 #[test]
 fn c_smoke_test_passes() {
     if let Some(cc) = compiler("c_smoke_test_passes", "CC", "cc") {
