@@ -47,6 +47,15 @@ cargo rustc --quiet --profile release-capi --lib --features capi --crate-type st
 readelf -d target/release-capi/libtempalloc.so | grep -q 'Library soname: \[libtempalloc.so.0.1\]'
 ls -l target/release/libtempalloc.so target/release-capi/libtempalloc.so target/release-capi/libtempalloc.a
 
+# Issue 31, item 6: the checked release library turns a double destroy, a
+# stale handle and a handle of the other kind into error codes. `--release`,
+# not release-capi: only this crate is built again, without a second LTO.
+step "C library: the checked release build (capi-checked)"
+cargo rustc --quiet --release --lib --features capi-checked --crate-type staticlib
+cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/checked.c target/release/libtempalloc.a \
+    -lpthread -ldl -lm -o target/checked-c
+target/checked-c
+
 # Issue 31, item 4: CMake the way CMake users write it.
 step "CMake: install (SONAME, development link, package config), find_package, add_subdirectory, include, pkg-config"
 if ! command -v cmake >/dev/null || ! command -v pkg-config >/dev/null; then

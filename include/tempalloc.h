@@ -293,8 +293,9 @@ typedef struct tempalloc_checkpoint_token {
 #define TEMPALLOC_ERROR_INVALID_ARGUMENT 10
 
 /**
- * In debug builds: the handle is not a live handle of the expected kind (a
- * destroyed handle, or another kind of handle), where that can be seen.
+ * In checked builds (debug, or the `capi-checked` feature): the handle is
+ * not a live handle of the expected kind (a destroyed handle, or another
+ * kind of handle), where that can be seen.
  */
 #define TEMPALLOC_ERROR_INVALID_HANDLE 11
 
@@ -305,9 +306,10 @@ typedef struct tempalloc_checkpoint_token {
 #define TEMPALLOC_ERROR_FRAME_SUSPENDED 12
 
 /**
- * In debug builds: a call that needs the allocator to itself (reset,
- * release, checkpoint, rewind) overlapped another call on it, or a call
- * came while one of those ran; the call refused did nothing.
+ * In checked builds (debug, or the `capi-checked` feature): a call that
+ * needs the allocator to itself (reset, release, checkpoint, rewind)
+ * overlapped another call on it, or a call came while one of those ran;
+ * the call refused did nothing.
  */
 #define TEMPALLOC_ERROR_CONCURRENT_USE 13
 

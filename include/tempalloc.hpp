@@ -31,7 +31,8 @@
 // Thread safety follows the C API: allocate(), stats(), check() and
 // last_error() may be called concurrently from several threads on one object;
 // reset(), release(), checkpoint(), rewind() and destruction need exclusive
-// use (a debug build of the library refuses an overlap with
+// use (a checked library, a debug build or one with the capi-checked
+// feature, refuses an overlap with
 // TEMPALLOC_ERROR_CONCURRENT_USE).
 #ifndef TEMPALLOC_HPP
 #define TEMPALLOC_HPP

@@ -69,15 +69,17 @@ pub const TEMPALLOC_ERROR_CANARY_CORRUPTED: tempalloc_error = 8;
 pub const TEMPALLOC_ERROR_INTERNAL: tempalloc_error = 9;
 /// A flag field of a struct holds a value other than 0 or 1.
 pub const TEMPALLOC_ERROR_INVALID_ARGUMENT: tempalloc_error = 10;
-/// In debug builds: the handle is not a live handle of the expected kind (a
-/// destroyed handle, or another kind of handle), where that can be seen.
+/// In checked builds (debug, or the `capi-checked` feature): the handle is
+/// not a live handle of the expected kind (a destroyed handle, or another
+/// kind of handle), where that can be seen.
 pub const TEMPALLOC_ERROR_INVALID_HANDLE: tempalloc_error = 11;
 /// [`Error::FrameSuspended`] (not produced by the C API, which has no
 /// frames; mirrored for completeness).
 pub const TEMPALLOC_ERROR_FRAME_SUSPENDED: tempalloc_error = 12;
-/// In debug builds: a call that needs the allocator to itself (reset,
-/// release, checkpoint, rewind) overlapped another call on it, or a call
-/// came while one of those ran; the call refused did nothing.
+/// In checked builds (debug, or the `capi-checked` feature): a call that
+/// needs the allocator to itself (reset, release, checkpoint, rewind)
+/// overlapped another call on it, or a call came while one of those ran;
+/// the call refused did nothing.
 pub const TEMPALLOC_ERROR_CONCURRENT_USE: tempalloc_error = 13;
 
 /// The C++ adapter's code for a header that does not match the library
@@ -370,6 +372,27 @@ unsafe fn put(out: *mut tempalloc_error, value: tempalloc_error) {
     }
 }
 
+/// The value of `result`, or `failed` (NULL, 0) when it failed, with the
+/// status stored in `*error`: how every call that returns a handle or a
+/// size answers.
+///
+/// # Safety
+///
+/// `error` is NULL or valid for a write of one `tempalloc_error`.
+unsafe fn answer<T>(
+    result: Result<T, tempalloc_error>,
+    failed: T,
+    error: *mut tempalloc_error,
+) -> T {
+    let (value, code) = match result {
+        Ok(value) => (value, TEMPALLOC_OK),
+        Err(code) => (failed, code),
+    };
+    // SAFETY: by the caller.
+    unsafe { put(error, code) };
+    value
+}
+
 /// Turns a result into its status code, storing the value through `out`.
 fn status<T>(result: Result<T, tempalloc_error>, out: Option<&mut T>) -> tempalloc_error {
     match result {
@@ -431,11 +454,8 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
                 .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?,
         )
     });
-    let mut handle = ptr::null_mut();
-    let code = status(result, Some(&mut handle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    handle
+    unsafe { answer(result, ptr::null_mut(), error) }
 }
 
 /// Creates an allocator that takes and gives back its blocks through the
@@ -477,11 +497,8 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
                 .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?,
         )
     });
-    let mut handle = ptr::null_mut();
-    let code = status(result, Some(&mut handle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    handle
+    unsafe { answer(result, ptr::null_mut(), error) }
 }
 
 /// Destroys an allocator: every pointer it handed out becomes invalid and
@@ -497,7 +514,7 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_allocator_destroy(alloc: *mut tempalloc_allocator) {
     // SAFETY: the caller gives up a handle that is NULL or live (checked in
-    // debug builds, where anything else is left alone).
+    // checked builds, where anything else is left alone).
     unsafe { handles::destroy(alloc) };
 }
 
@@ -673,7 +690,7 @@ pub unsafe extern "C" fn tempalloc_error_describe(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_reset(alloc: *mut tempalloc_allocator) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live and not used
-    // elsewhere during the call (checked in debug builds).
+    // elsewhere during the call (refused in checked builds).
     let result = unsafe {
         on_exclusive(alloc, |alloc| {
             alloc.reset();
@@ -753,11 +770,8 @@ pub unsafe extern "C" fn tempalloc_block_cache_create(
         let cache = BlockCache::with_limits(idle_budget, limit);
         handles::new_cache(Arc::new(cache))
     });
-    let mut handle = ptr::null_mut();
-    let code = status(result, Some(&mut handle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    handle
+    unsafe { answer(result, ptr::null_mut(), error) }
 }
 
 /// Drops this handle's reference to the cache. Allocators made with it keep
@@ -775,7 +789,7 @@ pub unsafe extern "C" fn tempalloc_block_cache_create(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_block_cache_destroy(cache: *mut tempalloc_block_cache) {
     // SAFETY: the caller gives up a handle that is NULL or live (checked in
-    // debug builds, where anything else is left alone).
+    // checked builds, where anything else is left alone).
     unsafe { handles::destroy(cache) };
 }
 
@@ -800,11 +814,8 @@ pub unsafe extern "C" fn tempalloc_block_cache_evict_idle(
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
     let result = unsafe { on_cache(cache, |cache| Ok(cache.evict_idle(target_bytes))) };
-    let mut freed = 0;
-    let code = status(result, Some(&mut freed));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    freed
+    unsafe { answer(result, 0, error) }
 }
 
 /// Writes the cache's counters to `*out`: system allocations and frees,
@@ -849,11 +860,8 @@ pub unsafe extern "C" fn tempalloc_block_cache_idle_bytes(
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
     let result = unsafe { on_cache(cache, |cache| Ok(cache.idle_bytes())) };
-    let mut idle = 0;
-    let code = status(result, Some(&mut idle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    idle
+    unsafe { answer(result, 0, error) }
 }
 
 /// Takes a checkpoint of `alloc` into `*out`: a later [`tempalloc_rewind`]
@@ -997,14 +1005,14 @@ fn message(code: tempalloc_error) -> &'static CStr {
         TEMPALLOC_ERROR_INTERNAL => c"internal error: a panic was caught in tempalloc (a bug)",
         TEMPALLOC_ERROR_INVALID_ARGUMENT => c"invalid argument: a flag field is neither 0 nor 1",
         TEMPALLOC_ERROR_INVALID_HANDLE => {
-            c"invalid handle: destroyed, or not a handle of this kind (debug builds)"
+            c"invalid handle: destroyed, or not a handle of this kind (checked builds)"
         }
         TEMPALLOC_ERROR_FRAME_SUSPENDED => c"frame suspended: not produced by the C API",
         TEMPALLOC_ERROR_VERSION_MISMATCH => {
             c"version mismatch: tempalloc.h is not the header of the library linked"
         }
         TEMPALLOC_ERROR_CONCURRENT_USE => {
-            c"concurrent use: a reset, release, checkpoint or rewind overlapped another call on the allocator (debug builds)"
+            c"concurrent use: a reset, release, checkpoint or rewind overlapped another call on the allocator (checked builds)"
         }
         _ => c"unknown tempalloc error code",
     }

@@ -301,7 +301,7 @@ fn eight_nested_checkpoints_allocate_nothing_the_first_time() {
 }
 
 #[test]
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, feature = "capi-checked"))]
 fn a_handle_of_the_wrong_kind_is_an_invalid_handle_in_debug_builds() {
     let mut error = -1;
     // SAFETY: `error` is writable.
@@ -677,6 +677,16 @@ fn the_versions_are_cargo_tomls() {
     );
     assert_eq!(TEMPALLOC_VERSION, major * 10000 + minor * 100 + patch);
     assert_eq!(tempalloc_version(), TEMPALLOC_VERSION);
+}
+
+/// Issue 31, item 6: the misuses a checked library turns into error codes,
+/// from C (the debug library is a checked one; CI runs the same program on
+/// the release `capi-checked` library).
+#[test]
+fn c_checked_test_passes() {
+    if let Some(cc) = compiler("c_checked_test_passes", "CC", "cc") {
+        build_and_run(&cc, &["-std=c99", "-pedantic"], "tests/c/checked.c", "c_checked");
+    }
 }
 
 #[test]
