@@ -233,6 +233,12 @@ typedef struct tempalloc_checkpoint_token {
    * Which checkpoint it is.
    */
   uint64_t serial;
+  /**
+   * The allocator's reset count when it was taken (resets and releases
+   * consume checkpoints): says whether a refused rewind came after a
+   * reset or after an outer rewind.
+   */
+  uint64_t resets;
 } tempalloc_checkpoint_token;
 
 /**

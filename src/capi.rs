@@ -280,6 +280,10 @@ pub struct tempalloc_checkpoint_token {
     pub depth: usize,
     /// Which checkpoint it is.
     pub serial: u64,
+    /// The allocator's reset count when it was taken (resets and releases
+    /// consume checkpoints): says whether a refused rewind came after a
+    /// reset or after an outer rewind.
+    pub resets: u64,
 }
 
 /// Why a call failed, with the numbers: what [`tempalloc_allocate_detailed`]
@@ -909,6 +913,7 @@ pub unsafe extern "C" fn tempalloc_checkpoint(
                 allocator: alloc.id,
                 depth,
                 serial,
+                resets: alloc.temp.stats().resets,
             })
         })
     };
@@ -937,14 +942,8 @@ pub unsafe extern "C" fn tempalloc_rewind(
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
     let result = unsafe {
         on_exclusive(alloc, |alloc| {
-            let now = alloc.temp.stats().resets;
-            let known = checkpoint.allocator == alloc.id
-                && alloc
-                    .checkpoints
-                    .get(checkpoint.depth)
-                    .is_some_and(|(serial, _)| *serial == checkpoint.serial);
-            if !known {
-                return Err(code(Error::StaleCheckpoint { taken_at: now, now }));
+            if let Some(refused) = refusal(alloc, &checkpoint) {
+                return Err(code(refused));
             }
             // Inner checkpoints are consumed with it: rewinding past them.
             alloc.checkpoints.truncate(checkpoint.depth + 1);
@@ -953,6 +952,39 @@ pub unsafe extern "C" fn tempalloc_rewind(
         })
     };
     status(result, None)
+}
+
+/// Why `alloc` cannot rewind to `checkpoint`, with the numbers the token
+/// and the allocator know, or `None` when it is open.
+///
+/// The handle keeps its own books of open checkpoints beside the
+/// allocator's because C holds only plain data: a [`crate::Checkpoint`]
+/// cannot be rebuilt from it, so the handle keeps each one and finds it by
+/// the token's depth and serial.
+fn refusal(
+    alloc: &handles::AllocatorState,
+    checkpoint: &tempalloc_checkpoint_token,
+) -> Option<Error> {
+    if checkpoint.allocator != alloc.id {
+        return Some(Error::ForeignCheckpoint);
+    }
+    let now = alloc.temp.stats().resets;
+    if checkpoint.resets != now {
+        return Some(Error::StaleCheckpoint {
+            taken_at: checkpoint.resets,
+            now,
+        });
+    }
+    let open = alloc.checkpoints.len();
+    match alloc.checkpoints.get(checkpoint.depth) {
+        Some((serial, _)) if *serial == checkpoint.serial => None,
+        // In this window, but consumed by a rewind to it or to an earlier
+        // one (or made up).
+        _ => Some(Error::CheckpointClosed {
+            depth: checkpoint.depth,
+            open,
+        }),
+    }
 }
 
 /// Checks every buffer `alloc` handed out since the last reset for a write
@@ -1084,6 +1116,61 @@ mod tests {
         }
         assert_eq!(message(-1), "unknown tempalloc error code");
         assert_eq!(message(i32::MAX), "unknown tempalloc error code");
+    }
+
+    /// Issue 31, item 10: a refused rewind says why, with the numbers of the
+    /// token and the allocator, not a made-up reset count.
+    #[test]
+    fn a_refused_rewind_says_why() {
+        let mut error = TEMPALLOC_OK;
+        // SAFETY: NULL config (the default) and a writable error.
+        let (a, b) = unsafe {
+            (
+                tempalloc_allocator_create(ptr::null(), &mut error),
+                tempalloc_allocator_create(ptr::null(), &mut error),
+            )
+        };
+        assert!(!a.is_null() && !b.is_null());
+        let take = |alloc| {
+            let mut cp = tempalloc_checkpoint_token::default();
+            // SAFETY: a live handle, used by this thread only.
+            let code = unsafe { tempalloc_checkpoint(alloc, &mut cp) };
+            assert_eq!(code, TEMPALLOC_OK);
+            cp
+        };
+        let why = |alloc, cp| {
+            // SAFETY: a live handle, used by this thread only.
+            unsafe { on_exclusive(alloc, |state| Ok(refusal(state, &cp))) }.unwrap()
+        };
+        let theirs = take(b);
+        assert_eq!(why(a, theirs), Some(Error::ForeignCheckpoint));
+        let outer = take(a);
+        let inner = take(a);
+        assert_eq!(why(a, inner), None);
+        // SAFETY: live, this thread only.
+        assert_eq!(unsafe { tempalloc_rewind(a, outer) }, TEMPALLOC_OK);
+        assert_eq!(
+            why(a, inner),
+            Some(Error::CheckpointClosed { depth: 1, open: 0 })
+        );
+        let before = take(a);
+        // SAFETY: live, this thread only.
+        unsafe {
+            assert_eq!(tempalloc_reset(a), TEMPALLOC_OK);
+            assert_eq!(tempalloc_release(a), TEMPALLOC_OK);
+        }
+        assert_eq!(
+            why(a, before),
+            Some(Error::StaleCheckpoint {
+                taken_at: before.resets,
+                now: before.resets + 2
+            })
+        );
+        // SAFETY: live, given up here.
+        unsafe {
+            tempalloc_allocator_destroy(a);
+            tempalloc_allocator_destroy(b);
+        }
     }
 
     #[test]
