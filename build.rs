@@ -1,4 +1,5 @@
-//! The shared C library's SONAME (feature `capi`, `--crate-type cdylib`, on
+//! The C API's `capi_checked` cfg (debug builds, or the `capi-checked`
+//! feature), and the shared C library's SONAME (feature `capi`, `--crate-type cdylib`, on
 //! ELF targets), so that programs linked against it ask the loader for the
 //! ABI version they were built with.
 //!
@@ -11,8 +12,17 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo::rustc-check-cfg=cfg(capi_checked)");
     if std::env::var_os("CARGO_FEATURE_CAPI").is_none() {
         return;
+    }
+    // The C API's handle books (src/capi/handles.rs): in debug builds, and
+    // in release with the `capi-checked` feature. One name for both, so the
+    // code says one thing where it would say `any(debug_assertions, ..)`.
+    if std::env::var_os("CARGO_CFG_DEBUG_ASSERTIONS").is_some()
+        || std::env::var_os("CARGO_FEATURE_CAPI_CHECKED").is_some()
+    {
+        println!("cargo:rustc-cfg=capi_checked");
     }
     let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap_or_default();
     let minor = std::env::var("CARGO_PKG_VERSION_MINOR").unwrap_or_default();

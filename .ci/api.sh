@@ -41,36 +41,63 @@ cargo test --quiet --features capi --test all capi_docs
 step "C library: the benchmark harness's build, SONAME, release-capi"
 # The command ../shared/bench/et-compare.sh runs must keep working.
 cargo rustc --quiet --release --lib --features capi --crate-type cdylib
-cargo rustc --quiet --profile release-capi --lib --features capi --crate-type cdylib
-cargo rustc --quiet --profile release-capi --lib --features capi --crate-type staticlib
+# Both crate types in one call, the command cmake/tempalloc.cmake runs: the
+# CMake builds below find this build and cargo does nothing there.
+cargo rustc --quiet --profile release-capi --lib --features capi --crate-type staticlib,cdylib
 readelf -d target/release-capi/libtempalloc.so | grep -q 'Library soname: \[libtempalloc.so.0.1\]'
 ls -l target/release/libtempalloc.so target/release-capi/libtempalloc.so target/release-capi/libtempalloc.a
-# A program linked against the shared library asks for the SONAME and runs
-# with the library installed under it.
-lib=target/soname-check
-rm -rf "$lib" && mkdir -p "$lib"
-cp target/release-capi/libtempalloc.so "$lib/libtempalloc.so.0.1"
-ln -s libtempalloc.so.0.1 "$lib/libtempalloc.so"
-cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/smoke.c -L"$lib" -ltempalloc -o "$lib/smoke"
-readelf -d "$lib/smoke" | grep -q 'Shared library: \[libtempalloc.so.0.1\]'
-LD_LIBRARY_PATH="$lib" "$lib/smoke"
 
-step "CMake example: cargo from CMake, a C++ program, install with tempalloc.pc, pkg-config"
+# Issue 31, item 6: the checked release library turns a double destroy, a
+# stale handle and a handle of the other kind into error codes. `--release`,
+# not release-capi: only this crate is built again, without a second LTO.
+step "C library: the checked release build (capi-checked)"
+cargo rustc --quiet --release --lib --features capi-checked --crate-type staticlib
+cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/checked.c target/release/libtempalloc.a \
+    -lpthread -ldl -lm -o target/checked-c
+target/checked-c
+
+# Issue 31, item 4: CMake the way CMake users write it.
+step "CMake: install (SONAME, development link, package config), find_package, add_subdirectory, include, pkg-config"
 if ! command -v cmake >/dev/null || ! command -v pkg-config >/dev/null; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends cmake pkg-config >/dev/null
 fi
-build=target/cmake-example
-rm -rf "$build/prefix"
-cmake -S examples/cmake -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build"
-"$build/example"
-cmake --install "$build" --prefix "$PWD/$build/prefix" >/dev/null
-pcdir=$(dirname "$(find "$build/prefix" -name tempalloc.pc)")
+cm=target/cmake
+rm -rf "$cm"
+# cargo's own target dir: every CMake build below reuses the library above.
+cargo_target="$PWD/target"
+cmake -S . -B "$cm/lib" -DCMAKE_BUILD_TYPE=Release -DTEMPALLOC_TARGET_DIR="$cargo_target" >/dev/null
+cmake --build "$cm/lib"
+prefix="$PWD/$cm/prefix"
+cmake --install "$cm/lib" --prefix "$prefix" >/dev/null
+libdir=$(dirname "$(find "$prefix" -name libtempalloc.a)")
+# The shared library under its SONAME, and the development link to it.
+test "$(readlink "$libdir/libtempalloc.so")" = libtempalloc.so.0.1
+readelf -d "$libdir/libtempalloc.so.0.1" | grep -q 'Library soname: \[libtempalloc.so.0.1\]'
+test -f "$libdir/cmake/tempalloc/tempallocConfig.cmake"
+# A C program linked with -ltempalloc asks for the SONAME and runs with the
+# library installed under it.
+cc -std=c99 -pedantic -Wall -Wextra -Werror -I"$prefix/include" tests/c/smoke.c -L"$libdir" -ltempalloc -o "$cm/smoke-shared"
+readelf -d "$cm/smoke-shared" | grep -q 'Shared library: \[libtempalloc.so.0.1\]'
+LD_LIBRARY_PATH="$libdir" "$cm/smoke-shared"
+# A consumer each way: find_package of the install, add_subdirectory of the
+# tree, include() of examples/cmake/tempalloc.cmake; a program on the static
+# library and one on the shared library each time.
+for from in package subdirectory include; do
+    cmake --no-warn-unused-cli -S examples/cmake -B "$cm/$from" -DCMAKE_BUILD_TYPE=Release -DTEMPALLOC_FROM="$from" \
+        -DCMAKE_PREFIX_PATH="$prefix" -DTEMPALLOC_TARGET_DIR="$cargo_target" >/dev/null
+    cmake --build "$cm/$from"
+    "$cm/$from/example"
+    "$cm/$from/example_shared"
+done
+# The include() example's install (static library, headers, tempalloc.pc):
+# pkg-config, no CMake.
+cmake --install "$cm/include" --prefix "$PWD/$cm/include/prefix" >/dev/null
+pcdir=$(dirname "$(find "$cm/include/prefix" -name tempalloc.pc)")
 export PKG_CONFIG_PATH="$pcdir"
 cc -std=c99 -pedantic -Wall -Wextra -Werror tests/c/smoke.c $(pkg-config --cflags tempalloc) \
-    -o "$build/smoke" $(pkg-config --libs --static tempalloc)
-"$build/smoke"
+    -o "$cm/smoke" $(pkg-config --libs --static tempalloc)
+"$cm/smoke"
 unset PKG_CONFIG_PATH
 
 # Issue 20, item 15: `cargo publish --dry-run` (packaging, the manifest

@@ -2,9 +2,13 @@
  * tempalloc.h - the C API of tempalloc: fast, aligned scratch memory for
  * inference kernels, recycled all at once.
  *
- * Built from the Rust crate with the `capi` feature (see docs/capi.md):
+ * Built from the Rust crate with the `capi` feature (see docs/capi.md,
+ * "Building the library"; `cdylib` for the shared library):
  *
- *     cargo rustc --release --lib --features capi --crate-type staticlib
+ *     cargo rustc --profile release-capi --lib --features capi --crate-type staticlib
+ *
+ * TEMPALLOC_VERSION is this header's version; tempalloc_version() is the
+ * library's: a program can check they agree (tempalloc.hpp does).
  *
  * Rules every function follows:
  *  - NULL is an error code, never a crash: a NULL handle or output struct
@@ -12,8 +16,9 @@
  *    allowed and ignored; *_destroy(NULL) does nothing.
  *  - No global error state: errors come back as the return value or through
  *    the caller's `error` out parameter.
- *  - No function lets a Rust panic escape (one would be a bug; it becomes
- *    TEMPALLOC_ERROR_INTERNAL).
+ *  - No function lets a Rust panic unwind into C. One would be a bug: in a
+ *    library built with `--release` it becomes TEMPALLOC_ERROR_INTERNAL; the
+ *    release-capi profile (panic = "abort") aborts the process instead.
  *  - Thread safety is stated per function.
  */
 
@@ -34,6 +39,29 @@ typedef struct tempalloc_allocator tempalloc_allocator;
 typedef struct tempalloc_block_cache tempalloc_block_cache;
 
 /**
+ * The major version of the crate the header was generated from (Cargo.toml's
+ * `version`; a test keeps them equal).
+ */
+#define TEMPALLOC_VERSION_MAJOR 0
+
+/**
+ * The minor version: before 1.0 a new minor version may change the ABI.
+ */
+#define TEMPALLOC_VERSION_MINOR 1
+
+/**
+ * The patch version.
+ */
+#define TEMPALLOC_VERSION_PATCH 0
+
+/**
+ * `MAJOR * 10000 + MINOR * 100 + PATCH` of the header, what
+ * [`tempalloc_version`] returns for the library (mimalloc's
+ * `MI_MALLOC_VERSION` and `mi_version()` convention).
+ */
+#define TEMPALLOC_VERSION 100
+
+/**
  * How to build an allocator. Start from [`tempalloc_config_default`] and
  * change the fields you need; zero fields mean "the default".
  */
@@ -43,7 +71,7 @@ typedef struct tempalloc_config {
    * keeps for reuse after a release rather than give back to the system.
    * Ignored with a shared cache.
    */
-  size_t max_cached_bytes;
+  size_t idle_budget;
   /**
    * Hard limit on all memory the allocator takes from the system; 0
    * means no limit. Honoured with a shared cache too: the allocator's own
@@ -205,6 +233,12 @@ typedef struct tempalloc_checkpoint_token {
    * Which checkpoint it is.
    */
   uint64_t serial;
+  /**
+   * The allocator's reset count when it was taken (resets and releases
+   * consume checkpoints): says whether a refused rewind came after a
+   * reset or after an outer rewind.
+   */
+  uint64_t resets;
 } tempalloc_checkpoint_token;
 
 /**
@@ -265,8 +299,9 @@ typedef struct tempalloc_checkpoint_token {
 #define TEMPALLOC_ERROR_INVALID_ARGUMENT 10
 
 /**
- * In debug builds: the handle is not a live handle of the expected kind (a
- * destroyed handle, or another kind of handle), where that can be seen.
+ * In checked builds (debug, or the `capi-checked` feature): the handle is
+ * not a live handle of the expected kind (a destroyed handle, or another
+ * kind of handle), where that can be seen.
  */
 #define TEMPALLOC_ERROR_INVALID_HANDLE 11
 
@@ -277,15 +312,32 @@ typedef struct tempalloc_checkpoint_token {
 #define TEMPALLOC_ERROR_FRAME_SUSPENDED 12
 
 /**
- * In debug builds: a call that needs the allocator to itself (reset,
- * release, checkpoint, rewind) overlapped another call on it, or a call
- * came while one of those ran; the call refused did nothing.
+ * In checked builds (debug, or the `capi-checked` feature): a call that
+ * needs the allocator to itself (reset, release, checkpoint, rewind)
+ * overlapped another call on it, or a call came while one of those ran;
+ * the call refused did nothing.
  */
 #define TEMPALLOC_ERROR_CONCURRENT_USE 13
+
+/**
+ * The C++ adapter's code for a header that does not match the library
+ * ([`tempalloc_version`] differs from `TEMPALLOC_VERSION`): the adapter
+ * makes no allocator. The library itself never returns it.
+ */
+#define TEMPALLOC_ERROR_VERSION_MISMATCH 14
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * The version of the library linked, `MAJOR * 10000 + MINOR * 100 + PATCH`:
+ * compare it with the header's `TEMPALLOC_VERSION` to catch a header that
+ * does not match the library (the C++ adapter does at construction).
+ *
+ * Thread safety: any thread, any time.
+ */
+uint32_t tempalloc_version(void);
 
 /**
  * The configuration [`CachingAllocator::new`] uses: no idle budget, no hard
@@ -299,7 +351,7 @@ struct tempalloc_config tempalloc_config_default(void);
 
 /**
  * Creates an allocator with a block cache of its own, limited by
- * `config->max_cached_bytes` and `config->max_bytes`. A NULL `config`
+ * `config->idle_budget` and `config->max_bytes`. A NULL `config`
  * means [`tempalloc_config_default`]. Returns the handle, or NULL with the
  * code in `*error` (`error` may be NULL). Free it with
  * [`tempalloc_allocator_destroy`].
@@ -317,7 +369,7 @@ tempalloc_allocator *tempalloc_allocator_create(const struct tempalloc_config *c
 /**
  * Creates an allocator that takes and gives back its blocks through the
  * shared `cache`, under the cache's limits and its own `config->max_bytes`
- * (a session's cap within the shared budget; `config->max_cached_bytes` is
+ * (a session's cap within the shared budget; `config->idle_budget` is
  * the cache's to set, and not used here). A NULL `config` means
  * [`tempalloc_config_default`]. Returns the handle, or NULL with the code in
  * `*error`: [`TEMPALLOC_ERROR_NULL_ARGUMENT`] when `cache` is NULL. The
@@ -459,7 +511,7 @@ tempalloc_error tempalloc_allocator_stats(const tempalloc_allocator *alloc,
 
 /**
  * Creates a block cache for several allocators (one per session or model)
- * to share: at most `max_cached_bytes` idle, and at most `max_bytes` taken
+ * to share: at most `idle_budget` idle, and at most `max_bytes` taken
  * from the system in all (0 means no limit). Returns the handle, or NULL
  * with the code in `*error` (`error` may be NULL). Free it with
  * [`tempalloc_block_cache_destroy`].
@@ -470,7 +522,7 @@ tempalloc_error tempalloc_allocator_stats(const tempalloc_allocator *alloc,
  *
  * `error` is NULL or valid for a write.
  */
-tempalloc_block_cache *tempalloc_block_cache_create(size_t max_cached_bytes,
+tempalloc_block_cache *tempalloc_block_cache_create(size_t idle_budget,
                                                     size_t max_bytes,
                                                     tempalloc_error *error);
 

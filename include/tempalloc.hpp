@@ -17,7 +17,10 @@
 // `temp.allocate(n)` compiles as it does on Base. Pointers from allocate()
 // stay valid until reset() or destruction. No exceptions are thrown;
 // failures are NULL plus an error code, and last_error_detail() has the
-// numbers.
+// numbers. The constructors check that the library linked is the one
+// tempalloc.h describes (tempalloc_version() == TEMPALLOC_VERSION); when it
+// is not, they make no allocator: valid() is false and last_error() is
+// TEMPALLOC_ERROR_VERSION_MISMATCH.
 //
 // Base's other members are Base's: ExecuTorch's size() and base_address() are
 // not virtual and describe the buffer passed to Base's constructor, which
@@ -28,7 +31,8 @@
 // Thread safety follows the C API: allocate(), stats(), check() and
 // last_error() may be called concurrently from several threads on one object;
 // reset(), release(), checkpoint(), rewind() and destruction need exclusive
-// use (a debug build of the library refuses an overlap with
+// use (a checked library, a debug build or one with the capi-checked
+// feature, refuses an overlap with
 // TEMPALLOC_ERROR_CONCURRENT_USE).
 #ifndef TEMPALLOC_HPP
 #define TEMPALLOC_HPP
@@ -66,6 +70,7 @@ class TempallocAllocator : public Base {
   explicit TempallocAllocator(const tempalloc_config& config,
                               BaseArgs&&... base_args)
       : Base(std::forward<BaseArgs>(base_args)...) {
+    if (!version_matches()) return;
     tempalloc_error error = TEMPALLOC_OK;
     handle_ = tempalloc_allocator_create(&config, &error);
     record(error);
@@ -79,6 +84,7 @@ class TempallocAllocator : public Base {
   TempallocAllocator(const tempalloc_block_cache* cache,
                      const tempalloc_config& config, BaseArgs&&... base_args)
       : Base(std::forward<BaseArgs>(base_args)...) {
+    if (!version_matches()) return;
     tempalloc_error error = TEMPALLOC_OK;
     handle_ = tempalloc_allocator_create_with_cache(cache, &config, &error);
     record(error);
@@ -183,6 +189,14 @@ class TempallocAllocator : public Base {
   tempalloc_allocator* handle() const { return handle_; }
 
  private:
+  // A header of another version than the library would call functions whose
+  // structs or meaning differ: refuse before the first call that takes one.
+  bool version_matches() {
+    if (tempalloc_version() == TEMPALLOC_VERSION) return true;
+    record(TEMPALLOC_ERROR_VERSION_MISMATCH);
+    return false;
+  }
+
   // Stores failures only, so the fast path writes no shared memory.
   void record(tempalloc_error error) const {
     if (error != TEMPALLOC_OK) {

@@ -69,16 +69,60 @@ pub const TEMPALLOC_ERROR_CANARY_CORRUPTED: tempalloc_error = 8;
 pub const TEMPALLOC_ERROR_INTERNAL: tempalloc_error = 9;
 /// A flag field of a struct holds a value other than 0 or 1.
 pub const TEMPALLOC_ERROR_INVALID_ARGUMENT: tempalloc_error = 10;
-/// In debug builds: the handle is not a live handle of the expected kind (a
-/// destroyed handle, or another kind of handle), where that can be seen.
+/// In checked builds (debug, or the `capi-checked` feature): the handle is
+/// not a live handle of the expected kind (a destroyed handle, or another
+/// kind of handle), where that can be seen.
 pub const TEMPALLOC_ERROR_INVALID_HANDLE: tempalloc_error = 11;
 /// [`Error::FrameSuspended`] (not produced by the C API, which has no
 /// frames; mirrored for completeness).
 pub const TEMPALLOC_ERROR_FRAME_SUSPENDED: tempalloc_error = 12;
-/// In debug builds: a call that needs the allocator to itself (reset,
-/// release, checkpoint, rewind) overlapped another call on it, or a call
-/// came while one of those ran; the call refused did nothing.
+/// In checked builds (debug, or the `capi-checked` feature): a call that
+/// needs the allocator to itself (reset, release, checkpoint, rewind)
+/// overlapped another call on it, or a call came while one of those ran;
+/// the call refused did nothing.
 pub const TEMPALLOC_ERROR_CONCURRENT_USE: tempalloc_error = 13;
+
+/// The C++ adapter's code for a header that does not match the library
+/// ([`tempalloc_version`] differs from `TEMPALLOC_VERSION`): the adapter
+/// makes no allocator. The library itself never returns it.
+pub const TEMPALLOC_ERROR_VERSION_MISMATCH: tempalloc_error = 14;
+
+/// The major version of the crate the header was generated from (Cargo.toml's
+/// `version`; a test keeps them equal).
+pub const TEMPALLOC_VERSION_MAJOR: u32 = 0;
+/// The minor version: before 1.0 a new minor version may change the ABI.
+pub const TEMPALLOC_VERSION_MINOR: u32 = 1;
+/// The patch version.
+pub const TEMPALLOC_VERSION_PATCH: u32 = 0;
+/// `MAJOR * 10000 + MINOR * 100 + PATCH` of the header, what
+/// [`tempalloc_version`] returns for the library (mimalloc's
+/// `MI_MALLOC_VERSION` and `mi_version()` convention).
+pub const TEMPALLOC_VERSION: u32 = 100;
+
+/// The version of the library linked, `MAJOR * 10000 + MINOR * 100 + PATCH`:
+/// compare it with the header's `TEMPALLOC_VERSION` to catch a header that
+/// does not match the library (the C++ adapter does at construction).
+///
+/// Thread safety: any thread, any time.
+#[unsafe(no_mangle)]
+pub extern "C" fn tempalloc_version() -> u32 {
+    // From Cargo.toml, not the constants: a library built from another
+    // version than the header says so.
+    const fn parse(s: &str) -> u32 {
+        let b = s.as_bytes();
+        let mut i = 0;
+        let mut n = 0;
+        while i < b.len() {
+            n = n * 10 + (b[i] - b'0') as u32;
+            i += 1;
+        }
+        n
+    }
+    const VERSION: u32 = parse(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+        + parse(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + parse(env!("CARGO_PKG_VERSION_PATCH"));
+    VERSION
+}
 
 /// The code C sees for `error`.
 fn code(error: Error) -> tempalloc_error {
@@ -105,7 +149,7 @@ pub struct tempalloc_config {
     /// Budget for idle memory of the allocator's own cache, in bytes: what it
     /// keeps for reuse after a release rather than give back to the system.
     /// Ignored with a shared cache.
-    pub max_cached_bytes: usize,
+    pub idle_budget: usize,
     /// Hard limit on all memory the allocator takes from the system; 0
     /// means no limit. Honoured with a shared cache too: the allocator's own
     /// limit within the cache's (a session's cap within the sessions'
@@ -236,6 +280,10 @@ pub struct tempalloc_checkpoint_token {
     pub depth: usize,
     /// Which checkpoint it is.
     pub serial: u64,
+    /// The allocator's reset count when it was taken (resets and releases
+    /// consume checkpoints): says whether a refused rewind came after a
+    /// reset or after an outer rewind.
+    pub resets: u64,
 }
 
 /// Why a call failed, with the numbers: what [`tempalloc_allocate_detailed`]
@@ -328,6 +376,27 @@ unsafe fn put(out: *mut tempalloc_error, value: tempalloc_error) {
     }
 }
 
+/// The value of `result`, or `failed` (NULL, 0) when it failed, with the
+/// status stored in `*error`: how every call that returns a handle or a
+/// size answers.
+///
+/// # Safety
+///
+/// `error` is NULL or valid for a write of one `tempalloc_error`.
+unsafe fn answer<T>(
+    result: Result<T, tempalloc_error>,
+    failed: T,
+    error: *mut tempalloc_error,
+) -> T {
+    let (value, code) = match result {
+        Ok(value) => (value, TEMPALLOC_OK),
+        Err(code) => (failed, code),
+    };
+    // SAFETY: by the caller.
+    unsafe { put(error, code) };
+    value
+}
+
 /// Turns a result into its status code, storing the value through `out`.
 fn status<T>(result: Result<T, tempalloc_error>, out: Option<&mut T>) -> tempalloc_error {
     match result {
@@ -351,7 +420,7 @@ fn status<T>(result: Result<T, tempalloc_error>, out: Option<&mut T>) -> tempall
 pub extern "C" fn tempalloc_config_default() -> tempalloc_config {
     let c = CachingConfig::default();
     tempalloc_config {
-        max_cached_bytes: 0,
+        idle_budget: 0,
         max_bytes: c.max_bytes.unwrap_or(0),
         min_block_size: c.min_block_size,
         dedicated_threshold: c.dedicated_threshold.unwrap_or(0),
@@ -362,7 +431,7 @@ pub extern "C" fn tempalloc_config_default() -> tempalloc_config {
 }
 
 /// Creates an allocator with a block cache of its own, limited by
-/// `config->max_cached_bytes` and `config->max_bytes`. A NULL `config`
+/// `config->idle_budget` and `config->max_bytes`. A NULL `config`
 /// means [`tempalloc_config_default`]. Returns the handle, or NULL with the
 /// code in `*error` (`error` may be NULL). Free it with
 /// [`tempalloc_allocator_destroy`].
@@ -381,7 +450,7 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
     // SAFETY: the caller guarantees `config` is NULL or valid to read.
     let config = unsafe { config.as_ref() }.copied();
     let result = guard(|| {
-        let idle = config.map_or(0, |c| c.max_cached_bytes);
+        let idle = config.map_or(0, |c| c.idle_budget);
         let config = tempalloc_config::read(config)?;
         let cache = Arc::new(BlockCache::with_idle_budget(idle));
         handles::new_allocator(
@@ -389,16 +458,13 @@ pub unsafe extern "C" fn tempalloc_allocator_create(
                 .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?,
         )
     });
-    let mut handle = ptr::null_mut();
-    let code = status(result, Some(&mut handle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    handle
+    unsafe { answer(result, ptr::null_mut(), error) }
 }
 
 /// Creates an allocator that takes and gives back its blocks through the
 /// shared `cache`, under the cache's limits and its own `config->max_bytes`
-/// (a session's cap within the shared budget; `config->max_cached_bytes` is
+/// (a session's cap within the shared budget; `config->idle_budget` is
 /// the cache's to set, and not used here). A NULL `config` means
 /// [`tempalloc_config_default`]. Returns the handle, or NULL with the code in
 /// `*error`: [`TEMPALLOC_ERROR_NULL_ARGUMENT`] when `cache` is NULL. The
@@ -435,11 +501,8 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
                 .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?,
         )
     });
-    let mut handle = ptr::null_mut();
-    let code = status(result, Some(&mut handle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    handle
+    unsafe { answer(result, ptr::null_mut(), error) }
 }
 
 /// Destroys an allocator: every pointer it handed out becomes invalid and
@@ -455,7 +518,7 @@ pub unsafe extern "C" fn tempalloc_allocator_create_with_cache(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_allocator_destroy(alloc: *mut tempalloc_allocator) {
     // SAFETY: the caller gives up a handle that is NULL or live (checked in
-    // debug builds, where anything else is left alone).
+    // checked builds, where anything else is left alone).
     unsafe { handles::destroy(alloc) };
 }
 
@@ -631,7 +694,7 @@ pub unsafe extern "C" fn tempalloc_error_describe(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_reset(alloc: *mut tempalloc_allocator) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live and not used
-    // elsewhere during the call (checked in debug builds).
+    // elsewhere during the call (refused in checked builds).
     let result = unsafe {
         on_exclusive(alloc, |alloc| {
             alloc.reset();
@@ -690,7 +753,7 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
 }
 
 /// Creates a block cache for several allocators (one per session or model)
-/// to share: at most `max_cached_bytes` idle, and at most `max_bytes` taken
+/// to share: at most `idle_budget` idle, and at most `max_bytes` taken
 /// from the system in all (0 means no limit). Returns the handle, or NULL
 /// with the code in `*error` (`error` may be NULL). Free it with
 /// [`tempalloc_block_cache_destroy`].
@@ -702,20 +765,17 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
 /// `error` is NULL or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_block_cache_create(
-    max_cached_bytes: usize,
+    idle_budget: usize,
     max_bytes: usize,
     error: *mut tempalloc_error,
 ) -> *mut tempalloc_block_cache {
     let result = guard(|| {
         let limit = (max_bytes != 0).then_some(max_bytes);
-        let cache = BlockCache::with_limits(max_cached_bytes, limit);
+        let cache = BlockCache::with_limits(idle_budget, limit);
         handles::new_cache(Arc::new(cache))
     });
-    let mut handle = ptr::null_mut();
-    let code = status(result, Some(&mut handle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    handle
+    unsafe { answer(result, ptr::null_mut(), error) }
 }
 
 /// Drops this handle's reference to the cache. Allocators made with it keep
@@ -733,7 +793,7 @@ pub unsafe extern "C" fn tempalloc_block_cache_create(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_block_cache_destroy(cache: *mut tempalloc_block_cache) {
     // SAFETY: the caller gives up a handle that is NULL or live (checked in
-    // debug builds, where anything else is left alone).
+    // checked builds, where anything else is left alone).
     unsafe { handles::destroy(cache) };
 }
 
@@ -758,11 +818,8 @@ pub unsafe extern "C" fn tempalloc_block_cache_evict_idle(
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
     let result = unsafe { on_cache(cache, |cache| Ok(cache.evict_idle(target_bytes))) };
-    let mut freed = 0;
-    let code = status(result, Some(&mut freed));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    freed
+    unsafe { answer(result, 0, error) }
 }
 
 /// Writes the cache's counters to `*out`: system allocations and frees,
@@ -807,11 +864,8 @@ pub unsafe extern "C" fn tempalloc_block_cache_idle_bytes(
 ) -> usize {
     // SAFETY: the caller guarantees `cache` is NULL or live; shared use is fine.
     let result = unsafe { on_cache(cache, |cache| Ok(cache.idle_bytes())) };
-    let mut idle = 0;
-    let code = status(result, Some(&mut idle));
     // SAFETY: the caller guarantees `error` is NULL or writable.
-    unsafe { put(error, code) };
-    idle
+    unsafe { answer(result, 0, error) }
 }
 
 /// Takes a checkpoint of `alloc` into `*out`: a later [`tempalloc_rewind`]
@@ -859,6 +913,7 @@ pub unsafe extern "C" fn tempalloc_checkpoint(
                 allocator: alloc.id,
                 depth,
                 serial,
+                resets: alloc.temp.stats().resets,
             })
         })
     };
@@ -887,14 +942,8 @@ pub unsafe extern "C" fn tempalloc_rewind(
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
     let result = unsafe {
         on_exclusive(alloc, |alloc| {
-            let now = alloc.temp.stats().resets;
-            let known = checkpoint.allocator == alloc.id
-                && alloc
-                    .checkpoints
-                    .get(checkpoint.depth)
-                    .is_some_and(|(serial, _)| *serial == checkpoint.serial);
-            if !known {
-                return Err(code(Error::StaleCheckpoint { taken_at: now, now }));
+            if let Some(refused) = refusal(alloc, &checkpoint) {
+                return Err(code(refused));
             }
             // Inner checkpoints are consumed with it: rewinding past them.
             alloc.checkpoints.truncate(checkpoint.depth + 1);
@@ -903,6 +952,39 @@ pub unsafe extern "C" fn tempalloc_rewind(
         })
     };
     status(result, None)
+}
+
+/// Why `alloc` cannot rewind to `checkpoint`, with the numbers the token
+/// and the allocator know, or `None` when it is open.
+///
+/// The handle keeps its own books of open checkpoints beside the
+/// allocator's because C holds only plain data: a [`crate::Checkpoint`]
+/// cannot be rebuilt from it, so the handle keeps each one and finds it by
+/// the token's depth and serial.
+fn refusal(
+    alloc: &handles::AllocatorState,
+    checkpoint: &tempalloc_checkpoint_token,
+) -> Option<Error> {
+    if checkpoint.allocator != alloc.id {
+        return Some(Error::ForeignCheckpoint);
+    }
+    let now = alloc.temp.stats().resets;
+    if checkpoint.resets != now {
+        return Some(Error::StaleCheckpoint {
+            taken_at: checkpoint.resets,
+            now,
+        });
+    }
+    let open = alloc.checkpoints.len();
+    match alloc.checkpoints.get(checkpoint.depth) {
+        Some((serial, _)) if *serial == checkpoint.serial => None,
+        // In this window, but consumed by a rewind to it or to an earlier
+        // one (or made up).
+        _ => Some(Error::CheckpointClosed {
+            depth: checkpoint.depth,
+            open,
+        }),
+    }
 }
 
 /// Checks every buffer `alloc` handed out since the last reset for a write
@@ -955,11 +1037,14 @@ fn message(code: tempalloc_error) -> &'static CStr {
         TEMPALLOC_ERROR_INTERNAL => c"internal error: a panic was caught in tempalloc (a bug)",
         TEMPALLOC_ERROR_INVALID_ARGUMENT => c"invalid argument: a flag field is neither 0 nor 1",
         TEMPALLOC_ERROR_INVALID_HANDLE => {
-            c"invalid handle: destroyed, or not a handle of this kind (debug builds)"
+            c"invalid handle: destroyed, or not a handle of this kind (checked builds)"
         }
         TEMPALLOC_ERROR_FRAME_SUSPENDED => c"frame suspended: not produced by the C API",
+        TEMPALLOC_ERROR_VERSION_MISMATCH => {
+            c"version mismatch: tempalloc.h is not the header of the library linked"
+        }
         TEMPALLOC_ERROR_CONCURRENT_USE => {
-            c"concurrent use: a reset, release, checkpoint or rewind overlapped another call on the allocator (debug builds)"
+            c"concurrent use: a reset, release, checkpoint or rewind overlapped another call on the allocator (checked builds)"
         }
         _ => c"unknown tempalloc error code",
     }
@@ -1026,11 +1111,66 @@ mod tests {
             assert!(!seen.contains(&expected), "code {expected} used twice");
             seen.push(expected);
         }
-        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_CONCURRENT_USE {
+        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_VERSION_MISMATCH {
             assert_ne!(message(c), "unknown tempalloc error code", "code {c}");
         }
         assert_eq!(message(-1), "unknown tempalloc error code");
         assert_eq!(message(i32::MAX), "unknown tempalloc error code");
+    }
+
+    /// Issue 31, item 10: a refused rewind says why, with the numbers of the
+    /// token and the allocator, not a made-up reset count.
+    #[test]
+    fn a_refused_rewind_says_why() {
+        let mut error = TEMPALLOC_OK;
+        // SAFETY: NULL config (the default) and a writable error.
+        let (a, b) = unsafe {
+            (
+                tempalloc_allocator_create(ptr::null(), &mut error),
+                tempalloc_allocator_create(ptr::null(), &mut error),
+            )
+        };
+        assert!(!a.is_null() && !b.is_null());
+        let take = |alloc| {
+            let mut cp = tempalloc_checkpoint_token::default();
+            // SAFETY: a live handle, used by this thread only.
+            let code = unsafe { tempalloc_checkpoint(alloc, &mut cp) };
+            assert_eq!(code, TEMPALLOC_OK);
+            cp
+        };
+        let why = |alloc, cp| {
+            // SAFETY: a live handle, used by this thread only.
+            unsafe { on_exclusive(alloc, |state| Ok(refusal(state, &cp))) }.unwrap()
+        };
+        let theirs = take(b);
+        assert_eq!(why(a, theirs), Some(Error::ForeignCheckpoint));
+        let outer = take(a);
+        let inner = take(a);
+        assert_eq!(why(a, inner), None);
+        // SAFETY: live, this thread only.
+        assert_eq!(unsafe { tempalloc_rewind(a, outer) }, TEMPALLOC_OK);
+        assert_eq!(
+            why(a, inner),
+            Some(Error::CheckpointClosed { depth: 1, open: 0 })
+        );
+        let before = take(a);
+        // SAFETY: live, this thread only.
+        unsafe {
+            assert_eq!(tempalloc_reset(a), TEMPALLOC_OK);
+            assert_eq!(tempalloc_release(a), TEMPALLOC_OK);
+        }
+        assert_eq!(
+            why(a, before),
+            Some(Error::StaleCheckpoint {
+                taken_at: before.resets,
+                now: before.resets + 2
+            })
+        );
+        // SAFETY: live, given up here.
+        unsafe {
+            tempalloc_allocator_destroy(a);
+            tempalloc_allocator_destroy(b);
+        }
     }
 
     #[test]
@@ -1038,7 +1178,7 @@ mod tests {
         let c = tempalloc_config_default();
         assert_eq!(c.to_config(), Ok(CachingConfig::default()));
         let zeroed = tempalloc_config {
-            max_cached_bytes: 0,
+            idle_budget: 0,
             max_bytes: 0,
             min_block_size: 0,
             dedicated_threshold: 0,

@@ -1,8 +1,10 @@
 //! The handles C holds, and how every call reaches what they point to.
 //!
 //! In release builds a handle is a plain `Box` pointer: a call checks it for
-//! NULL and uses it. In debug builds two books turn the misuses C cannot be
-//! stopped from into an error code instead of undefined behaviour:
+//! NULL and uses it. In checked builds (debug builds, and release builds with
+//! the `capi-checked` feature: `cfg(capi_checked)`, set by build.rs) two
+//! books turn the misuses C cannot be stopped from into an error code
+//! instead of undefined behaviour:
 //!
 //! - **A registry of live handles** (address and kind). A call looks its
 //!   handle up before touching it, under a read lock it holds for the whole
@@ -40,10 +42,10 @@ use crate::{BlockCache, CachingAllocator, Checkpoint};
 /// [`tempalloc_allocator_create`](super::tempalloc_allocator_create), freed
 /// by [`tempalloc_allocator_destroy`](super::tempalloc_allocator_destroy).
 pub struct tempalloc_allocator {
-    /// Dropped by destroy; in debug builds the rest stays allocated.
+    /// Dropped by destroy; in checked builds the rest stays allocated.
     state: ManuallyDrop<AllocatorState>,
-    /// Debug builds: the calls in flight (see the module docs).
-    #[cfg(debug_assertions)]
+    /// Checked builds: the calls in flight (see the module docs).
+    #[cfg(capi_checked)]
     in_flight: debug::InFlight,
 }
 
@@ -53,7 +55,7 @@ pub struct tempalloc_allocator {
 /// Allocators made with it keep the cache alive on their own, so the handle
 /// may be destroyed before them.
 pub struct tempalloc_block_cache {
-    /// Dropped by destroy; in debug builds the rest stays allocated.
+    /// Dropped by destroy; in checked builds the rest stays allocated.
     cache: ManuallyDrop<Arc<BlockCache>>,
 }
 
@@ -96,7 +98,7 @@ fn contain(f: impl FnOnce()) {
 /// What both kinds of handle have: contents that destroy drops in place.
 trait Handle: Sized {
     /// The kind the debug registry knows it as.
-    #[cfg(debug_assertions)]
+    #[cfg(capi_checked)]
     const KIND: debug::Kind;
 
     /// Drops the handle's contents, leaving its memory allocated.
@@ -108,7 +110,7 @@ trait Handle: Sized {
 }
 
 impl Handle for tempalloc_allocator {
-    #[cfg(debug_assertions)]
+    #[cfg(capi_checked)]
     const KIND: debug::Kind = debug::Kind::Allocator;
 
     unsafe fn drop_contents(p: *mut Self) {
@@ -119,7 +121,7 @@ impl Handle for tempalloc_allocator {
 }
 
 impl Handle for tempalloc_block_cache {
-    #[cfg(debug_assertions)]
+    #[cfg(capi_checked)]
     const KIND: debug::Kind = debug::Kind::Cache;
 
     unsafe fn drop_contents(p: *mut Self) {
@@ -128,7 +130,7 @@ impl Handle for tempalloc_block_cache {
     }
 }
 
-/// Boxes `handle` for C (and registers it in debug builds): out of memory
+/// Boxes `handle` for C (and registers it in checked builds): out of memory
 /// is an error, not an abort.
 fn hand_out<H: Handle>(handle: H) -> Result<*mut H, tempalloc_error> {
     // SAFETY: handles are not zero-sized.
@@ -139,7 +141,7 @@ fn hand_out<H: Handle>(handle: H) -> Result<*mut H, tempalloc_error> {
     // SAFETY: fresh memory with `H`'s layout, as `Box::new` would allocate
     // it, so `free` can give it back with `Box::from_raw`.
     unsafe { p.write(handle) };
-    #[cfg(debug_assertions)]
+    #[cfg(capi_checked)]
     if let Err(e) = debug::register(p.addr(), H::KIND) {
         // SAFETY: made just above, never handed out.
         unsafe { free(p) };
@@ -166,7 +168,7 @@ pub(super) fn new_allocator(
             checkpoints,
             next_serial: 1,
         }),
-        #[cfg(debug_assertions)]
+        #[cfg(capi_checked)]
         in_flight: debug::InFlight::new(),
     })
 }
@@ -181,7 +183,7 @@ pub(super) fn new_cache(
 }
 
 /// What every call on a handle checks first: NULL is
-/// [`TEMPALLOC_ERROR_NULL_ARGUMENT`]; in debug builds, a pointer that is not
+/// [`TEMPALLOC_ERROR_NULL_ARGUMENT`]; in checked builds, a pointer that is not
 /// a live handle of its kind is [`TEMPALLOC_ERROR_INVALID_HANDLE`](super::TEMPALLOC_ERROR_INVALID_HANDLE), and the
 /// returned guard holds the registry's read lock for the call (so no
 /// destroy runs meanwhile).
@@ -191,9 +193,9 @@ fn check<H: Handle>(p: *const H) -> Result<impl Sized, tempalloc_error> {
     if p.is_null() {
         return Err(TEMPALLOC_ERROR_NULL_ARGUMENT);
     }
-    #[cfg(debug_assertions)]
+    #[cfg(capi_checked)]
     return debug::live(p.addr(), H::KIND);
-    #[cfg(not(debug_assertions))]
+    #[cfg(not(capi_checked))]
     Ok(())
 }
 
@@ -205,18 +207,18 @@ fn check<H: Handle>(p: *const H) -> Result<impl Sized, tempalloc_error> {
 /// # Safety
 ///
 /// `p` is NULL or a live allocator handle that no call needing it
-/// exclusively uses meanwhile (in debug builds: or any pointer at all).
+/// exclusively uses meanwhile (in checked builds: or any pointer at all).
 #[inline(always)]
 pub(super) unsafe fn on_shared<T>(
     p: *const tempalloc_allocator,
     f: impl FnOnce(&AllocatorState) -> Result<T, tempalloc_error>,
 ) -> Result<T, tempalloc_error> {
     let _live = check(p)?;
-    #[cfg(debug_assertions)]
+    #[cfg(capi_checked)]
     // SAFETY: a live handle (checked just above, under the read lock held
     // until the end of the call); the counter is shared by design.
     let _shared = unsafe { &(*p).in_flight }.enter_shared()?;
-    // SAFETY: by the caller (in debug builds: checked above, and no
+    // SAFETY: by the caller (in checked builds: checked above, and no
     // exclusive call can start while this one is counted in), a live
     // allocator handle whose state nothing mutates meanwhile; only the state
     // field is borrowed.
@@ -230,7 +232,7 @@ pub(super) unsafe fn on_shared<T>(
 /// # Safety
 ///
 /// `p` is NULL or a live allocator handle that no other call uses
-/// meanwhile (in debug builds: or any pointer at all, and calls that
+/// meanwhile (in checked builds: or any pointer at all, and calls that
 /// overlap are refused).
 #[inline]
 pub(super) unsafe fn on_exclusive<T>(
@@ -238,11 +240,11 @@ pub(super) unsafe fn on_exclusive<T>(
     f: impl FnOnce(&mut AllocatorState) -> Result<T, tempalloc_error>,
 ) -> Result<T, tempalloc_error> {
     let _live = check(p)?;
-    #[cfg(debug_assertions)]
+    #[cfg(capi_checked)]
     // SAFETY: a live handle (checked just above, under the read lock held
     // until the end of the call); the counter is shared by design.
     let _exclusive = unsafe { &(*p).in_flight }.enter_exclusive()?;
-    // SAFETY: a live allocator handle that, by the caller (in debug builds:
+    // SAFETY: a live allocator handle that, by the caller (in checked builds:
     // by the counter just taken), no other call uses meanwhile; the `&mut`
     // covers the state only, not the counter other calls may read.
     let state = unsafe { &mut *addr_of_mut!((*p).state) };
@@ -254,7 +256,7 @@ pub(super) unsafe fn on_exclusive<T>(
 ///
 /// # Safety
 ///
-/// `p` is NULL or a live block cache handle (in debug builds: or any
+/// `p` is NULL or a live block cache handle (in checked builds: or any
 /// pointer at all).
 #[inline]
 pub(super) unsafe fn on_cache<T>(
@@ -262,33 +264,33 @@ pub(super) unsafe fn on_cache<T>(
     f: impl FnOnce(&Arc<BlockCache>) -> Result<T, tempalloc_error>,
 ) -> Result<T, tempalloc_error> {
     let _live = check(p)?;
-    // SAFETY: by the caller (checked in debug builds, under the read lock
+    // SAFETY: by the caller (checked in checked builds, under the read lock
     // held until the end of the call), a live cache handle, only read.
     let cache = unsafe { &*(*p).cache };
     guard(|| f(cache))
 }
 
-/// Destroys the handle behind `p`; NULL, and in debug builds anything but
-/// a live handle of its kind, does nothing. In debug builds the contents are
+/// Destroys the handle behind `p`; NULL, and in checked builds anything but
+/// a live handle of its kind, does nothing. In checked builds the contents are
 /// dropped and the memory kept, so that no later handle gets its address.
 ///
 /// # Safety
 ///
 /// `p` is NULL or a live handle that no other call uses meanwhile or
-/// afterwards (in debug builds: or any pointer at all).
+/// afterwards (in checked builds: or any pointer at all).
 #[allow(private_bounds, reason = "`Handle` is sealed: the two handle types")]
 pub(super) unsafe fn destroy<H: Handle>(p: *mut H) {
     if p.is_null() {
         return;
     }
-    #[cfg(debug_assertions)]
+    #[cfg(capi_checked)]
     debug::retire(p.cast(), H::KIND, || {
         // SAFETY: a live handle, taken out of the registry under its write
         // lock, so no call is using it or can start to; its contents are
         // dropped once, here, and its memory kept (never freed).
         contain(|| unsafe { H::drop_contents(p) });
     });
-    #[cfg(not(debug_assertions))]
+    #[cfg(not(capi_checked))]
     // SAFETY: by the caller, a live handle that nothing uses any more.
     unsafe {
         free(p);
@@ -309,9 +311,9 @@ unsafe fn free<H: Handle>(p: *mut H) {
     drop(unsafe { Box::from_raw(p) });
 }
 
-/// The debug builds' books: the registry of live handles and the counter
+/// The checked builds' books: the registry of live handles and the counter
 /// of calls in flight.
-#[cfg(debug_assertions)]
+#[cfg(capi_checked)]
 mod debug {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{PoisonError, RwLock, RwLockReadGuard};
@@ -455,7 +457,7 @@ mod debug {
     }
 }
 
-#[cfg(all(test, debug_assertions))]
+#[cfg(all(test, capi_checked))]
 mod tests {
     use super::super::TEMPALLOC_ERROR_CONCURRENT_USE;
     use super::debug::InFlight;

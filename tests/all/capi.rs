@@ -301,7 +301,7 @@ fn eight_nested_checkpoints_allocate_nothing_the_first_time() {
 }
 
 #[test]
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, feature = "capi-checked"))]
 fn a_handle_of_the_wrong_kind_is_an_invalid_handle_in_debug_builds() {
     let mut error = -1;
     // SAFETY: `error` is writable.
@@ -573,19 +573,19 @@ pub(crate) fn run(cmd: &mut Command) -> String {
     text
 }
 
-/// The compiler named by `var` (else `default`), or `None` with the reason
-/// printed, so the test is skipped where there is none.
-pub(crate) fn compiler(test: &str, var: &str, default: &str) -> Option<String> {
+/// The compiler named by `var` (else `default`). A missing one fails the
+/// test, saying how to get one: a C test that passed without compiling
+/// anything would claim what it never checked. (The tests that call it are
+/// ignored, and say so, where the link line is not set up: off Unix.)
+pub(crate) fn compiler(var: &str, default: &str) -> String {
     let cc = std::env::var(var).unwrap_or_else(|_| default.to_string());
-    if !cfg!(unix) {
-        eprintln!("skipping {test}: the link line is only set up for Unix");
-        return None;
+    if let Err(e) = Command::new(&cc).arg("--version").output() {
+        panic!(
+            "`{cc}` not found ({e}): install it or set {var}; \
+             `--skip capi::c_ --skip capi::cpp_ --skip capi_docs::every_` runs the other tests"
+        );
     }
-    if Command::new(&cc).arg("--version").output().is_err() {
-        eprintln!("skipping {test}: `{cc}` not found (install it or set {var})");
-        return None;
-    }
-    Some(cc)
+    cc
 }
 
 /// The crate's static library with the C API, built once per test run by a
@@ -637,27 +637,72 @@ pub(crate) fn build_and_run_file(cc: &str, flags: &[&str], source: &Path, exe: &
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "runs a C++ compiler")]
+#[cfg_attr(not(unix), ignore = "the C++ link line is only set up for Unix")]
 fn cpp_adapter_test_passes() {
-    if let Some(cxx) = compiler("cpp_adapter_test_passes", "CXX", "g++") {
-        build_and_run(
-            &cxx,
-            &["-std=c++17"],
-            "tests/cpp/adapter_test.cpp",
-            "adapter_test",
-        );
-    }
+    let cxx = compiler("CXX", "g++");
+    build_and_run(
+        &cxx,
+        &["-std=c++17"],
+        "tests/cpp/adapter_test.cpp",
+        "adapter_test",
+    );
+}
+
+/// Issue 31, item 5: a header of another version than the library makes
+/// the adapter refuse at construction, with an error code.
+#[test]
+#[cfg_attr(miri, ignore = "runs a C++ compiler")]
+#[cfg_attr(not(unix), ignore = "the C++ link line is only set up for Unix")]
+fn cpp_adapter_refuses_a_header_of_another_version() {
+    let cxx = compiler("CXX", "g++");
+    build_and_run(
+        &cxx,
+        &["-std=c++17"],
+        "tests/cpp/version_mismatch.cpp",
+        "version_mismatch",
+    );
+}
+
+/// Issue 31, item 5: the header's version constants and the library's
+/// `tempalloc_version` are Cargo.toml's version.
+#[test]
+fn the_versions_are_cargo_tomls() {
+    let parse = |s: &str| s.parse::<u32>().expect("a number");
+    let major = parse(env!("CARGO_PKG_VERSION_MAJOR"));
+    let minor = parse(env!("CARGO_PKG_VERSION_MINOR"));
+    let patch = parse(env!("CARGO_PKG_VERSION_PATCH"));
+    assert_eq!(
+        (TEMPALLOC_VERSION_MAJOR, TEMPALLOC_VERSION_MINOR, TEMPALLOC_VERSION_PATCH),
+        (major, minor, patch),
+        "update the TEMPALLOC_VERSION_* constants in src/capi.rs with Cargo.toml's version"
+    );
+    assert_eq!(TEMPALLOC_VERSION, major * 10000 + minor * 100 + patch);
+    assert_eq!(tempalloc_version(), TEMPALLOC_VERSION);
+}
+
+/// Issue 31, item 6: the misuses a checked library turns into error codes,
+/// from C (the debug library is a checked one; CI runs the same program on
+/// the release `capi-checked` library).
+#[test]
+#[cfg_attr(miri, ignore = "runs a C compiler")]
+#[cfg_attr(not(unix), ignore = "the C link line is only set up for Unix")]
+fn c_checked_test_passes() {
+    let cc = compiler("CC", "cc");
+    build_and_run(&cc, &["-std=c99", "-pedantic"], "tests/c/checked.c", "c_checked");
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "runs a C compiler")]
+#[cfg_attr(not(unix), ignore = "the C link line is only set up for Unix")]
 fn c_smoke_test_passes() {
-    if let Some(cc) = compiler("c_smoke_test_passes", "CC", "cc") {
-        build_and_run(
-            &cc,
-            &["-std=c99", "-pedantic"],
-            "tests/c/smoke.c",
-            "c_smoke",
-        );
-    }
+    let cc = compiler("CC", "cc");
+    build_and_run(
+        &cc,
+        &["-std=c99", "-pedantic"],
+        "tests/c/smoke.c",
+        "c_smoke",
+    );
 }
 
 /// Issue 20, item 14: every Rust item the header names (`Type::item`)

@@ -121,11 +121,11 @@ fn a_request_of_ptrdiff_max_over_the_limit_is_budget_exceeded() {
     unsafe { tempalloc_allocator_destroy(alloc) };
 }
 
-/// Issue 18: in debug builds a destroyed handle is refused by every call
+/// Issue 18: in checked builds (debug, or `capi-checked`) a destroyed handle is refused by every call
 /// and destroying it again does nothing, also after its memory could have
 /// been reused: no later handle gets its address.
 #[test]
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, feature = "capi-checked"))]
 fn a_destroyed_handle_is_refused_and_its_address_never_comes_back() {
     let dead = create(0);
     // SAFETY: live, and given up here.
@@ -135,7 +135,7 @@ fn a_destroyed_handle_is_refused_and_its_address_never_comes_back() {
     let mut error = -1;
     let mut stats = tempalloc_stats::default();
     let mut cp = tempalloc_checkpoint_token::default();
-    // SAFETY: debug builds look a handle up before touching it, so a
+    // SAFETY: checked builds look a handle up before touching it, so a
     // destroyed one is never read.
     unsafe {
         assert!(tempalloc_allocate(dead, 8, 8, &mut error).is_null());
@@ -157,17 +157,17 @@ fn a_destroyed_handle_is_refused_and_its_address_never_comes_back() {
     }
 }
 
-/// Issue 18: in debug builds a pointer that was never a handle (here, memory
+/// Issue 18: in checked builds (debug, or `capi-checked`) a pointer that was never a handle (here, memory
 /// that starts with what a handle's first word used to be) is refused
 /// without being read.
 #[test]
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, feature = "capi-checked"))]
 fn a_made_up_handle_is_refused_without_being_read() {
     // The magic word the earlier check trusted ("tempall1").
     let fake = Box::new([0x7465_6d70_616c_6c31u64; 16]);
     let p = ptr::from_ref(&*fake).cast::<tempalloc_allocator>().cast_mut();
     let mut error = -1;
-    // SAFETY: debug builds look a handle up before touching it.
+    // SAFETY: checked builds look a handle up before touching it.
     unsafe {
         assert!(tempalloc_allocate(p, 8, 8, &mut error).is_null());
         assert_eq!(error, TEMPALLOC_ERROR_INVALID_HANDLE);
@@ -177,13 +177,13 @@ fn a_made_up_handle_is_refused_without_being_read() {
     assert_eq!(fake[0], 0x7465_6d70_616c_6c31, "untouched");
 }
 
-/// Issue 18: in debug builds a reset while another thread allocates on the
+/// Issue 18: in checked builds (debug, or `capi-checked`) a reset while another thread allocates on the
 /// same handle is refused (`CONCURRENT_USE`) instead of recycling memory
 /// the other thread is being handed; so is an allocation that comes during
 /// a reset. Whichever call comes second is refused and does nothing, so
 /// the program stays sound while it races.
 #[test]
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, feature = "capi-checked"))]
 #[cfg_attr(miri, ignore = "a race that needs many rounds to be seen; the protocol has unit tests")]
 fn a_reset_that_overlaps_an_allocation_is_refused() {
     struct Shared(*mut tempalloc_allocator);

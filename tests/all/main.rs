@@ -9,6 +9,7 @@ mod util;
 // `core` only from the library: these run without `std` too.
 mod alignment;
 mod counting;
+mod doc_paths;
 #[cfg(all(feature = "std", feature = "dyn-stack"))]
 mod dyn_stack;
 mod fixed;

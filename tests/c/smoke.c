@@ -6,16 +6,7 @@
 #include <string.h>
 
 #include "tempalloc.h"
-
-static int failures = 0;
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-              #cond);                                                  \
-      ++failures;                                                      \
-    }                                                                  \
-  } while (0)
+#include "check.h"
 
 int main(void) {
   tempalloc_error error = TEMPALLOC_ERROR_INTERNAL;

@@ -270,7 +270,7 @@ void test_errors() {
   CHECK(orphan.last_error() == TEMPALLOC_ERROR_NULL_ARGUMENT);
   orphan.reset();  // harmless
 
-  for (tempalloc_error code = TEMPALLOC_OK; code <= TEMPALLOC_ERROR_CONCURRENT_USE; ++code) {
+  for (tempalloc_error code = TEMPALLOC_OK; code <= TEMPALLOC_ERROR_VERSION_MISMATCH; ++code) {
     CHECK(tempalloc_error_message(code) != nullptr);
     CHECK(std::strcmp(tempalloc_error_message(code), "unknown tempalloc error code") != 0);
   }
@@ -386,6 +386,11 @@ void test_executorch_shape() {
 }  // namespace
 
 int main() {
+  // The header and the library linked are one version.
+  CHECK(tempalloc_version() == TEMPALLOC_VERSION);
+  CHECK(TEMPALLOC_VERSION == TEMPALLOC_VERSION_MAJOR * 10000 +
+                                 TEMPALLOC_VERSION_MINOR * 100 +
+                                 TEMPALLOC_VERSION_PATCH);
   test_executorch_shape();
   test_attention_through_resets();
   test_alignment_and_writes();
