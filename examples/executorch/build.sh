@@ -20,7 +20,7 @@
 # runs it on the programs, with the custom-ops library loaded (--et-sdpa). Fails on a non-zero exit, or on any line the
 # libraries log to stderr with "error" in it (they log errors and carry
 # on). Linux x86-64 only (the wheel's platform). Needs python3 with pip,
-# unzip, cmake, make, g++, gcc, nm.
+# unzip, cmake, make, g++, gcc, nm, readelf, ldconfig.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/examples/executorch
@@ -56,7 +56,7 @@ sdpa_so=$et/extension/llm/custom_ops/libcustom_ops_aot_lib.so
 # The stand-ins were generated and checked against this version's
 # custom-ops library only (gen_standins.py checks again, in detail).
 if ! grep -q "^__version__ = \"$version[+\"]" "$et/version.py"; then
-  echo "examples/executorch: $et is not executorch $version ($(grep __version__ "$et/version.py")):" \
+  echo "examples/executorch: $et is not executorch $version ($(grep '^__version__' "$et/version.py")):" \
     "the runner, its programs and the custom-ops stand-ins were checked with $version only" >&2
   exit 1
 fi
