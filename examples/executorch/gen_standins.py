@@ -69,7 +69,7 @@ def main():
         stop(f"the wheel is executorch {version.group(1) if version else '?'}; the stand-ins were checked "
              f"with {VERSION} only (the custom-ops library's registration and undefined symbols)")
 
-    # The library's dynamic symbols: name -> (type, section).
+    # The library's dynamic symbols: name -> (type, binding, section index).
     symbols = {}
     for line in run("readelf", "--dyn-syms", "-W", a.library).splitlines():
         f = line.split()
