@@ -100,7 +100,7 @@ class TempAllocator {
 
 class Tempalloc final : public TempAllocator {
  public:
-  Tempalloc() : temp_(tempalloc_config_default(), 0u, nullptr) {}
+  explicit Tempalloc(const tempalloc_config& config) : temp_(config, 0u, nullptr) {}
   MemoryAllocator* get() override { return &temp_; }
   size_t mapped_bytes() const override { return temp_.stats().bytes_held; }
   bool valid() const { return temp_.valid(); }

@@ -20,6 +20,14 @@ Rules of the 1.5.1 emitter the runtime checks (issue 21):
 Inputs have no ties (the runner fills them with distinct values), so
 topk's order is defined and the three allocators' outputs must be equal.
 
+The sdpa_* programs call the wheel's LLM custom ops (llama::update_cache,
+custom_sdpa, sdpa_with_kv_cache, custom_quantized_sdpa; the runner's
+--et-sdpa) with Llama-3.2-1B's attention shapes: 32 query heads, 8 KV
+heads, head dimension 64, [batch, sequence, heads, dim] as the ops take
+them. The KV caches are inputs, so their contents are defined; each
+execute writes the same step into them again, so every execute computes
+the same thing.
+
     python3 examples/executorch/gen_programs.py           # rewrite the files
     python3 examples/executorch/gen_programs.py --check   # exit 1 if stale
 """
@@ -28,8 +36,8 @@ import json
 import sys
 from pathlib import Path
 
-FLOAT, LONG = 6, 4
-ELEMENT_BYTES = {FLOAT: 4, LONG: 8}
+CHAR, FLOAT, LONG = 1, 6, 4
+ELEMENT_BYTES = {CHAR: 1, FLOAT: 4, LONG: 8}
 # ExecuTorch aligns planned tensors to 16 bytes.
 ALIGN = 16
 
@@ -214,6 +222,67 @@ def survey():
     return p.json([x, w, img, kern, batch], outs + ln + gn + pool + [v, i])
 
 
+HEADS, KV_HEADS, HEAD_DIM = 32, 8, 64
+
+
+def update_cache(p, value, cache, start):
+    """llama::update_cache.out(value, cache, start_pos, *, out): out is a
+    placeholder of one element (the op writes the cache)."""
+    p.out_call("llama::update_cache", "out", [value, cache, p.int(start)], FLOAT, [1])
+
+
+def sdpa_step(start, length, layers=1):
+    """`layers` attention layers of one step of `length` tokens at `start`:
+    per layer, update_cache of K and V, then custom_sdpa (causal) on the
+    caches; each layer's output is the next one's query."""
+    p = Program()
+    q = p.tensor(FLOAT, [1, length, HEADS, HEAD_DIM])
+    k = p.tensor(FLOAT, [1, length, KV_HEADS, HEAD_DIM])
+    v = p.tensor(FLOAT, [1, length, KV_HEADS, HEAD_DIM])
+    caches = [p.tensor(FLOAT, [1, start + length, KV_HEADS, HEAD_DIM]) for _ in range(2 * layers)]
+    x = q
+    for layer in range(layers):
+        kc, vc = caches[2 * layer], caches[2 * layer + 1]
+        update_cache(p, k, kc, start)
+        update_cache(p, v, vc, start)
+        args = [x, kc, vc, p.int(start), p.null(), p.double(0.0), p.bool(True), p.null()]
+        x = p.out_call("llama::custom_sdpa", "out", args, FLOAT, [1, length, HEADS, HEAD_DIM])
+    return p.json([q, k, v] + caches, [x])
+
+
+def sdpa_with_kv_cache(start, length):
+    """llama::sdpa_with_kv_cache.out: the cache update and the attention in one op."""
+    p = Program()
+    q = p.tensor(FLOAT, [1, length, HEADS, HEAD_DIM])
+    k = p.tensor(FLOAT, [1, length, KV_HEADS, HEAD_DIM])
+    v = p.tensor(FLOAT, [1, length, KV_HEADS, HEAD_DIM])
+    kc = p.tensor(FLOAT, [1, start + length, KV_HEADS, HEAD_DIM])
+    vc = p.tensor(FLOAT, [1, start + length, KV_HEADS, HEAD_DIM])
+    args = [q, k, v, kc, vc, p.int(start), p.int(length), p.null(), p.double(0.0), p.bool(True), p.null()]
+    out = p.out_call("llama::sdpa_with_kv_cache", "out", args, FLOAT, [1, length, HEADS, HEAD_DIM])
+    return p.json([q, k, v, kc, vc], [out])
+
+
+def quantized_sdpa(start, length):
+    """llama::custom_quantized_sdpa.out: int8 query and caches with a scale
+    and zero point per token and head; update_cache of the int8 K and V."""
+    p = Program()
+    q = p.tensor(CHAR, [1, length, HEADS, HEAD_DIM])
+    k = p.tensor(CHAR, [1, length, KV_HEADS, HEAD_DIM])
+    v = p.tensor(CHAR, [1, length, KV_HEADS, HEAD_DIM])
+    kc = p.tensor(CHAR, [1, start + length, KV_HEADS, HEAD_DIM])
+    vc = p.tensor(CHAR, [1, start + length, KV_HEADS, HEAD_DIM])
+    q_zp, q_scale = p.tensor(CHAR, [1, length, HEADS, 1]), p.tensor(FLOAT, [1, length, HEADS, 1])
+    params = []
+    for _ in range(2):
+        params += [p.tensor(CHAR, [1, start + length, KV_HEADS, 1]), p.tensor(FLOAT, [1, start + length, KV_HEADS, 1])]
+    update_cache(p, k, kc, start)
+    update_cache(p, v, vc, start)
+    args = [q, kc, vc, p.int(start), p.null(), p.double(0.0), p.bool(True), p.null(), q_zp, q_scale] + params
+    out = p.out_call("llama::custom_quantized_sdpa", "out", args + [p.bool(False)], FLOAT, [1, length, HEADS, HEAD_DIM])
+    return p.json([q, k, v, kc, vc, q_zp, q_scale] + params, [out])
+
+
 PROGRAMS = {
     # 5 calls, 16384 down to 16 elements: temp requests of 256 KiB to 512 B.
     "topk_chain": topk_chain([4096, 1024, 256, 64, 16], [16384], [0] * 5),
@@ -223,6 +292,16 @@ PROGRAMS = {
     "topk_large": topk_chain([16384, 1024, 64], [262144], [0] * 3),
     "topk_between_ops": topk_between_ops(),
     "survey": survey(),
+    # The LLM custom ops (--et-sdpa): decode steps at 256, 512 and 2048
+    # cached positions, 128-token prefill chunks at 0 and 512.
+    "sdpa_decode_256": sdpa_step(256, 1),
+    "sdpa_decode_512": sdpa_step(512, 1),
+    "sdpa_decode_2048": sdpa_step(2048, 1),
+    "sdpa_prefill_128_at_0": sdpa_step(0, 128),
+    "sdpa_prefill_128_at_512": sdpa_step(512, 128),
+    "sdpa_with_kv_cache_512": sdpa_with_kv_cache(512, 1),
+    "sdpa_quantized_512": quantized_sdpa(512, 1),
+    "sdpa_16_layers_512": sdpa_step(512, 1, layers=16),
 }
 
 

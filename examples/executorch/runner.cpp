@@ -4,12 +4,25 @@
 // per execute: time, temp requests, resets, system allocations, page
 // faults, the bytes the temp allocator held, and peak RSS.
 //
-//   et_runner --et-so SO --et-stubs DIR [--repeat N] [--rounds R] [--per-call] PROGRAM.pte...
+//   et_runner --et-so SO --et-stubs DIR [--et-sdpa SO] [--repeat N] [--rounds R] [--per-call]
+//             [--threads N] [--ios-malloc] [--prewarm] PROGRAM.pte...
 //
 // --repeat N: executes per child (default 100); --rounds R: children per
 // allocator, the allocators' order rotated each round, medians reported
 // (default 3); --per-call: what each kernel call asked of the temp
 // allocator and of the system, from the first execute with tempalloc.
+// --et-sdpa SO: also load the wheel's LLM custom-ops library (llama::
+// custom_sdpa.out and friends), after its stand-ins (gen_standins.py).
+// --threads N: ExecuTorch's threadpool at N threads (default: its own,
+// one per core); the SDPA kernels' temp requests scale with it.
+// --prewarm: a fourth row, "prewarmed": tempalloc with prefault on, which
+// before the first execute takes and resets once the largest window's
+// bytes recorded by a tempalloc child of the same program (the C API has
+// no Plan: this is the main-thread part of one).
+// --ios-malloc: in the malloc and et-caching children only, glibc's
+// malloc returns blocks of 128 KiB and up to the system when they are
+// freed (a fixed M_MMAP_THRESHOLD and M_TRIM_THRESHOLD), as iOS's does
+// (docs/benchmarks.md says what this models and what not).
 //
 // build.sh builds and runs it (docs/benchmarks.md, "ExecuTorch programs").
 // It follows ExecuTorch's executor_runner: a BufferDataLoader over the
@@ -18,6 +31,7 @@
 // child fails, the outputs differ, the libraries logged an error, or
 // tempalloc made a system allocation after the first execute.
 #include <dlfcn.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,12 +75,16 @@ using executorch::runtime::Span;
 
 namespace {
 
-const char* const kAllocators[] = {"tempalloc", "malloc", "et-caching"};
+const char* const kAllocators[] = {"tempalloc", "malloc", "et-caching", "prewarmed"};
 // ExecuTorch's LLM runner caps its CPUCachingAllocator at 10 MiB.
 const uint32_t kEtCachingCap = 10u << 20;
 
 struct Options {
-  std::string et_so, et_stubs;
+  std::string et_so, et_stubs, et_sdpa;
+  int threads = 0;  // 0: the threadpool's default
+  bool prewarm = false;  // a fourth row, tempalloc prewarmed
+  uint64_t prewarm_bytes = 0;  // in a prewarmed child: the plan
+  bool ios_malloc = false;
   int repeat = 100;  // executes per child
   int rounds = 3;    // children per allocator, in rotated order
   bool per_call = false;
@@ -110,6 +128,14 @@ EtCachingSymbols load_et_caching(const Options& o) {
   }
   void* h = dlopen(o.et_so.c_str(), RTLD_LAZY | RTLD_LOCAL);
   if (!h) die(std::string("dlopen: ") + dlerror());
+  if (!o.et_sdpa.empty()) {
+    // The stand-ins global first, so the library's registration binds to
+    // their no-ops; its EXECUTORCH_LIBRARY initialisers then register the
+    // llama:: kernels with the runtime.
+    std::string standins = o.et_stubs + "/libet_sdpa_standins.so";
+    if (!dlopen(standins.c_str(), RTLD_NOW | RTLD_GLOBAL)) die(std::string("dlopen: ") + dlerror());
+    if (!dlopen(o.et_sdpa.c_str(), RTLD_NOW | RTLD_LOCAL)) die(std::string("dlopen: ") + dlerror());
+  }
   auto ctor = reinterpret_cast<et_runner::EtCaching::Ctor>(
       dlsym(h, "_ZN10executorch9extension19CPUCachingAllocatorC1Ej"));
   auto dtor = reinterpret_cast<et_runner::EtCaching::Dtor>(
@@ -158,12 +184,17 @@ struct Window {
   uint64_t ns = 0;
 };
 std::vector<Window>* g_windows = nullptr;  // the execute being recorded, if any
+// Bytes of the current window's requests, each rounded up to 64 (the
+// SDPA kernels' alignment), and the most of any window: the plan.
+uint64_t g_window_bytes = 0, g_peak_window_bytes = 0;
 uint64_t g_window_start = 0;
 std::chrono::steady_clock::time_point g_window_t0;
 
 uint64_t other_allocations() { return hooks::system_allocations() - hooks::temp_system_allocations(); }
 
 void before_reset() {
+  g_peak_window_bytes = std::max(g_peak_window_bytes, g_window_bytes);
+  g_window_bytes = 0;
   if (g_sample_held) {
     size_t held = static_cast<size_t>(std::max<int64_t>(hooks::temp_heap_bytes(), 0)) + g_temp->mapped_bytes();
     g_peak_held = std::max(g_peak_held, held);
@@ -180,6 +211,7 @@ void before_reset() {
 }
 
 void on_request(size_t size) {
+  g_window_bytes += (size + 63) / 64 * 64;
   if (g_windows != nullptr) {
     g_windows->back().requests++;
     g_windows->back().bytes += size;
@@ -187,8 +219,10 @@ void on_request(size_t size) {
 }
 
 std::unique_ptr<et_runner::TempAllocator> make_allocator(const std::string& name, const EtCachingSymbols& et) {
-  if (name == "tempalloc") {
-    auto t = std::make_unique<et_runner::Tempalloc>();
+  if (name == "tempalloc" || name == "prewarmed") {
+    tempalloc_config config = tempalloc_config_default();
+    if (name == "prewarmed") config.prefault = 1;
+    auto t = std::make_unique<et_runner::Tempalloc>(config);
     if (!t->valid()) die(std::string("tempalloc: ") + t->error());
     return t;
   }
@@ -216,9 +250,17 @@ void fill_distinct(float* x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = static_cast<float>((i * stride) % n) * 8.0f / static_cast<float>(n) - 4.0f;
 }
 
+// Int8 inputs (quantized SDPA): the same permutation, folded into
+// [-64, 64) so products stay far from overflow.
+void fill_int8(int8_t* x, size_t n) {
+  size_t stride = 7919;
+  while (std::__gcd(stride, n) != 1) stride += 2;
+  for (size_t i = 0; i < n; i++) x[i] = static_cast<int8_t>(static_cast<int>((i * stride) % n % 128) - 64);
+}
+
 // An input tensor of the method's shape with distinct values; owns its storage.
 struct Input {
-  std::vector<float> data;
+  std::vector<float> data;  // float elements, or the int8 bytes
   std::vector<executorch::aten::SizesType> sizes;
   std::vector<executorch::aten::DimOrderType> dim_order;
   std::vector<executorch::aten::StridesType> strides;
@@ -230,15 +272,17 @@ std::vector<Input> make_inputs(const MethodMeta& meta) {
   for (size_t i = 0; i < inputs.size(); i++) {
     auto info = meta.input_tensor_meta(i);
     if (!info.ok()) die("input " + std::to_string(i) + " is not a tensor");
-    if (info->scalar_type() != ScalarType::Float) die("input " + std::to_string(i) + " is not float");
+    ScalarType type = info->scalar_type();
+    if (type != ScalarType::Float && type != ScalarType::Char) die("input " + std::to_string(i) + " is not float or int8");
     Input& in = inputs[i];
     in.sizes.assign(info->sizes().begin(), info->sizes().end());
     in.dim_order.assign(info->dim_order().begin(), info->dim_order().end());
     in.strides.assign(in.sizes.size(), 1);
     for (size_t d = in.sizes.size(); d-- > 1;) in.strides[d - 1] = in.strides[d] * in.sizes[d];
-    in.data.resize(info->nbytes() / sizeof(float));
-    fill_distinct(in.data.data(), in.data.size());
-    in.impl = std::make_unique<TensorImpl>(ScalarType::Float, static_cast<ssize_t>(in.sizes.size()), in.sizes.data(),
+    in.data.resize((info->nbytes() + sizeof(float) - 1) / sizeof(float));
+    if (type == ScalarType::Float) fill_distinct(in.data.data(), in.data.size());
+    else fill_int8(reinterpret_cast<int8_t*>(in.data.data()), info->nbytes());
+    in.impl = std::make_unique<TensorImpl>(type, static_cast<ssize_t>(in.sizes.size()), in.sizes.data(),
                                            in.data.data(), in.dim_order.data(), in.strides.data());
   }
   return inputs;
@@ -261,8 +305,32 @@ uint64_t median(std::vector<uint64_t> v) {
   return v[v.size() / 2];
 }
 
+// The wheel has no threadpool header: its exported functions by name
+// (member functions take `this` first).
+void set_threads(int n) {
+  using Get = void* (*)();
+  using Reset = bool (*)(void*, unsigned);
+  using Count = size_t (*)(const void*);
+  auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "_ZN10executorch9extension10threadpool14get_threadpoolEv"));
+  auto reset = reinterpret_cast<Reset>(
+      dlsym(RTLD_DEFAULT, "_ZN10executorch9extension10threadpool10ThreadPool24_unsafe_reset_threadpoolEj"));
+  auto count = reinterpret_cast<Count>(
+      dlsym(RTLD_DEFAULT, "_ZNK10executorch9extension10threadpool10ThreadPool16get_thread_countEv"));
+  if (!get || !reset || !count) die("the threadpool's functions are not in the process");
+  void* pool = get();
+  if (!pool || !reset(pool, static_cast<unsigned>(n)) || count(pool) != static_cast<size_t>(n)) {
+    die("could not set the threadpool to " + std::to_string(n) + " threads");
+  }
+}
+
 int child(const Options& o, const std::string& pte) {
+  if (o.ios_malloc && o.child != "tempalloc") {
+    // Fixed thresholds also stop glibc from raising them after a free,
+    // which is what normally keeps it from unmapping a block it reuses.
+    if (mallopt(M_MMAP_THRESHOLD, 128 << 10) != 1 || mallopt(M_TRIM_THRESHOLD, 128 << 10) != 1) die("mallopt");
+  }
   EtCachingSymbols et = load_et_caching(o);
+  if (o.threads > 0) set_threads(o.threads);
   auto temp = make_allocator(o.child, et);
   g_temp = temp.get();
   et_runner::Counted counted(temp->get());
@@ -291,6 +359,13 @@ int child(const Options& o, const std::string& pte) {
   MemoryManager memory(&method_allocator, &planned_memory, &counted);
   auto method = program->load_method("forward", &memory);
   if (!method.ok()) die(pte + ": load_method failed");
+  if (o.prewarm_bytes > 0) {
+    // The plan, before the first execute: reservation, commit and page
+    // faults happen here.
+    hooks::InTemp in;
+    if (!temp->get()->allocate(o.prewarm_bytes, 64)) die("prewarm: tempalloc refused " + std::to_string(o.prewarm_bytes));
+    temp->get()->reset();
+  }
   auto inputs = make_inputs(*meta);
   for (size_t i = 0; i < inputs.size(); i++) {
     if (method->set_input(EValue(Tensor(inputs[i].impl.get())), i) != Error::Ok) die(pte + ": set_input failed");
@@ -342,6 +417,7 @@ int child(const Options& o, const std::string& pte) {
       {"first_ns", ns[0]},
       {"median_ns", median(later(ns))},
       {"alloc_ns", (all.nanos - first.nanos) / static_cast<uint64_t>(o.repeat - 1)},
+      {"first_alloc_ns", first.nanos},
       {"first_temp_sys", temp_sys[0]},
       {"later_temp_sys", sum(later(temp_sys))},
       {"first_other_sys", other_sys[0]},
@@ -349,6 +425,7 @@ int child(const Options& o, const std::string& pte) {
       {"first_faults", faults[0]},
       {"later_faults", sum(later(faults))},
       {"held", g_peak_held},
+      {"plan", g_peak_window_bytes},
       {"hwm", status_bytes("VmHWM")},
       {"rss_before", rss_before},
   };
@@ -384,7 +461,7 @@ struct ChildResult {
   std::vector<std::string> outputs;              // hex, one per output tensor
 };
 
-ChildResult run_child(const Options& o, const char* allocator, const std::string& pte) {
+ChildResult run_child(const Options& o, const char* allocator, const std::string& pte, uint64_t plan = 0) {
   int fds[2];
   if (pipe(fds) != 0) die("pipe");
   fflush(stdout);
@@ -396,9 +473,21 @@ ChildResult run_child(const Options& o, const char* allocator, const std::string
     close(fds[0]);
     close(fds[1]);
     std::string repeat = std::to_string(o.repeat);
+    std::string threads = std::to_string(o.threads);
     std::vector<const char*> args = {"et_runner", "--child",  allocator,          "--et-so", o.et_so.c_str(),
-                                     "--et-stubs", o.et_stubs.c_str(), "--repeat", repeat.c_str()};
+                                     "--et-stubs", o.et_stubs.c_str(), "--repeat", repeat.c_str(),
+                                     "--threads", threads.c_str()};
     if (o.per_call) args.push_back("--per-call");
+    if (o.ios_malloc) args.push_back("--ios-malloc");
+    std::string plan_arg = std::to_string(plan);
+    if (plan > 0) {
+      args.push_back("--prewarm-bytes");
+      args.push_back(plan_arg.c_str());
+    }
+    if (!o.et_sdpa.empty()) {
+      args.push_back("--et-sdpa");
+      args.push_back(o.et_sdpa.c_str());
+    }
     args.push_back(pte.c_str());
     args.push_back(nullptr);
     execv("/proc/self/exe", const_cast<char* const*>(args.data()));
@@ -469,12 +558,14 @@ std::map<std::string, uint64_t> medians(const std::vector<ChildResult>& rounds) 
 // Runs one program with every allocator, `o.rounds` times in rotated
 // order; prints its table; returns false when a check fails.
 bool compare(const Options& o, const std::string& pte) {
-  const size_t n = std::size(kAllocators);
+  const size_t n = std::size(kAllocators) - (o.prewarm ? 0 : 1);
   std::vector<std::vector<ChildResult>> runs(n);
   for (int round = 0; round < o.rounds; round++) {
     for (size_t k = 0; k < n; k++) {
       size_t a = (k + static_cast<size_t>(round)) % n;
-      runs[a].push_back(run_child(o, kAllocators[a], pte));
+      // The prewarmed row's plan: what round 0's tempalloc child (run first) recorded.
+      uint64_t plan = a == 3 ? runs[0].at(0).report.at("plan") : 0;
+      runs[a].push_back(run_child(o, kAllocators[a], pte, plan));
     }
   }
   bool ok = true;
@@ -487,13 +578,15 @@ bool compare(const Options& o, const std::string& pte) {
   for (const auto& r : runs) m.push_back(medians(r));
   const auto& t = m[0];
   double later = static_cast<double>(o.repeat - 1);
-  printf("%s: %llu temp requests (%llu B) and %llu resets per execute; %d executes per child, median of %d rounds\n",
+  printf("%s: %llu temp requests (%llu B) and %llu resets per execute; %d executes per child, median of %d rounds%s%s\n",
          name.c_str(), (unsigned long long)t.at("requests"), (unsigned long long)t.at("bytes"),
-         (unsigned long long)t.at("resets"), o.repeat, o.rounds);
-  printf("  %-10s %9s %7s %9s %8s %11s %9s %12s %8s %8s %8s\n", "allocator", "us/exec", "vs", "first us", "alloc us",
-         "temp sys", "other sys", "faults", "held", "peak RSS", "RSS grow");
-  printf("  %-10s %9s %7s %9s %8s %11s %9s %12s %8s %8s %8s\n", "", "(median)", "tempall.", "", "/exec", "first/later",
-         "/exec", "first/later", "KiB", "MiB", "KiB");
+         (unsigned long long)t.at("resets"), o.repeat, o.rounds,
+         o.threads > 0 ? ("; " + std::to_string(o.threads) + " threads").c_str() : "",
+         o.ios_malloc ? "; iOS-like malloc" : "");
+  printf("  %-10s %9s %7s %9s %8s %8s %11s %9s %12s %8s %8s %8s\n", "allocator", "us/exec", "vs", "first us",
+         "alloc us", "alloc us", "temp sys", "other sys", "faults", "held", "peak RSS", "RSS grow");
+  printf("  %-10s %9s %7s %9s %8s %8s %11s %9s %12s %8s %8s %8s\n", "", "(median)", "tempall.", "", "/exec", "first",
+         "first/later", "/exec", "first/later", "KiB", "MiB", "KiB");
   for (size_t a = 0; a < n; a++) {
     const auto& r = m[a];
     char temp_sys[32], faults[32];
@@ -501,10 +594,11 @@ bool compare(const Options& o, const std::string& pte) {
              static_cast<double>(r.at("later_temp_sys")) / later);
     snprintf(faults, sizeof faults, "%llu/%.2f", (unsigned long long)r.at("first_faults"),
              static_cast<double>(r.at("later_faults")) / later);
-    printf("  %-10s %9.1f %6.2fx %9.1f %8.2f %11s %9.2f %12s %8.2f %8.2f %8.2f\n", kAllocators[a],
+    printf("  %-10s %9.1f %6.2fx %9.1f %8.2f %8.2f %11s %9.2f %12s %8.2f %8.2f %8.2f\n", kAllocators[a],
            static_cast<double>(r.at("median_ns")) / 1e3,
            static_cast<double>(r.at("median_ns")) / static_cast<double>(t.at("median_ns")),
-           static_cast<double>(r.at("first_ns")) / 1e3, static_cast<double>(r.at("alloc_ns")) / 1e3, temp_sys,
+           static_cast<double>(r.at("first_ns")) / 1e3, static_cast<double>(r.at("alloc_ns")) / 1e3,
+           static_cast<double>(r.at("first_alloc_ns")) / 1e3, temp_sys,
            static_cast<double>(r.at("later_other_sys")) / later, faults, kib(r.at("held")), mib(r.at("hwm")),
            kib(r.at("hwm") - std::min(r.at("hwm"), r.at("rss_before"))));
     for (const char* k : {"requests", "bytes", "resets"}) {
@@ -521,6 +615,14 @@ bool compare(const Options& o, const std::string& pte) {
           fail(name + ": output " + std::to_string(i) + " with " + kAllocators[a] + " differs from tempalloc's");
           break;
         }
+      }
+    }
+  }
+  for (size_t a = 3; a < n; a++) {
+    for (const auto& run : runs[a]) {
+      if (run.report.at("first_temp_sys") != 0) {
+        fail(name + ": prewarmed tempalloc made " + std::to_string(run.report.at("first_temp_sys")) +
+             " system allocations in the first execute");
       }
     }
   }
@@ -566,9 +668,14 @@ Options parse(int argc, char** argv) {
     else if (a == "--repeat") o.repeat = std::max(2, atoi(value().c_str()));
     else if (a == "--rounds") o.rounds = std::max(1, atoi(value().c_str()));
     else if (a == "--per-call") o.per_call = true;
+    else if (a == "--et-sdpa") o.et_sdpa = value();
+    else if (a == "--threads") o.threads = std::max(0, atoi(value().c_str()));
+    else if (a == "--ios-malloc") o.ios_malloc = true;
+    else if (a == "--prewarm") o.prewarm = true;
+    else if (a == "--prewarm-bytes") o.prewarm_bytes = std::stoull(value());
     else if (a == "--child") o.child = value();
     else if (a.size() > 4 && a.compare(a.size() - 4, 4, ".pte") == 0) o.programs.push_back(a);
-    else die("unknown argument " + a + "\nusage: et_runner --et-so SO --et-stubs DIR [--repeat N] [--rounds R] [--per-call] PROGRAM.pte...");
+    else die("unknown argument " + a + "\nusage: et_runner --et-so SO --et-stubs DIR [--et-sdpa SO] [--repeat N] [--rounds R] [--per-call] [--threads N] [--ios-malloc] [--prewarm] PROGRAM.pte...");
   }
   if (o.et_so.empty() || o.et_stubs.empty() || o.programs.empty()) die("needs --et-so, --et-stubs and a .pte");
   return o;
