@@ -377,8 +377,7 @@ impl BlockCache {
         request: Layout,
     ) -> Result<Taken, Error> {
         let oom = Error::out_of_memory(request);
-        let reserving = options.reserve.is_some();
-        if let Some(mut chunk) = self.take_idle(need, want, reserving, options.block) {
+        if let Some(mut chunk) = self.take_idle(need, want, options) {
             // Only a reservation comes back smaller than `need`: it grows,
             // or (the system refused that range) new memory serves instead.
             let grown = match &mut chunk {
@@ -471,22 +470,19 @@ impl BlockCache {
 
     /// The idle chunk that best serves `need` bytes with about `want`
     /// usable: the smallest that is large enough and at most a quarter above
-    /// `want`'s size class (so held memory stays near what is used) and,
-    /// among equals, the most recently given back (warm in cache); else, if
-    /// regions grow in place (`reserving`), the largest reservation that can
-    /// grow to `need`.
-    fn take_idle(
-        &self,
-        need: usize,
-        want: usize,
-        reserving: bool,
-        block: BlockOptions,
-    ) -> Option<Chunk> {
+    /// `want`'s size class (so held memory stays near what is used), no heap
+    /// block above `options.most`, and, among equals, the most recently
+    /// given back (warm in cache); else, if regions grow in place (the
+    /// options reserve), the largest reservation that can grow to `need`.
+    fn take_idle(&self, need: usize, want: usize, options: ChunkOptions) -> Option<Chunk> {
         let class = size_class(want.max(need))?;
-        let huge = block.align(class) > page_size();
+        let huge = options.block.align(class) > page_size();
+        // A heap block cannot shrink: never one larger than the caller's
+        // room (`most`), which it would have to refuse.
+        let most = (class + class / 4).min(options.most);
         let fits = |c: &Chunk| match c {
-            Chunk::Heap(b) => b.is_huge() == huge && c.holds(need, class + class / 4),
-            Chunk::Mapped(_) => reserving && c.holds(need, usize::MAX),
+            Chunk::Heap(b) => b.is_huge() == huge && c.holds(need, most),
+            Chunk::Mapped(_) => options.reserve.is_some() && c.holds(need, usize::MAX),
         };
         let mut idle = self.idle();
         let best = (0..idle.len())

@@ -54,6 +54,9 @@ enum Mutation {
     ReclaimWithoutCas,
     /// `reset` does not start a new window token.
     KeepWindow,
+    /// A thread moves to idle room even with scratch in its region, which
+    /// becomes FREE with something live in it.
+    MoveWithScratch,
 }
 
 /// What the checker knows of a region.
@@ -108,8 +111,16 @@ impl Region {
                     .is_ok())
     }
 
-    /// `Region::unlease`.
+    /// `Region::unlease`. The checker: a region becomes FREE only with
+    /// nothing live in it (the budget rule decommits FREE regions, and a
+    /// FREE region's next leaseholder bumps from its cursor).
     fn unlease(&self) {
+        assert_eq!(
+            self.cursor.load(Relaxed),
+            0,
+            "region {}: made FREE with scratch live",
+            self.id
+        );
         self.owner.store(FREE, Release);
     }
 
@@ -148,22 +159,24 @@ impl Region {
                 "region {id}: two threads bump it in window {window}"
             );
         }
-        *seen = Seen {
-            window,
-            bumper: me,
-            busy: Some("bump"),
-        };
+        seen.busy = Some("bump");
     }
 
-    /// The checker, at the end of a bump by `me`.
-    fn leave_bump(&self, me: u64) {
+    /// The checker, at the end of a bump by `me` in `window`; `carved`: it
+    /// carved something (a bump that does not fit writes nothing, so the
+    /// thread may still move to another region and leave this one FREE).
+    fn leave_bump(&self, me: u64, window: u64, carved: bool) {
         let owner = self.owner.load(Relaxed);
         assert_eq!(
             owner, me,
             "region {}: lost thread {me}'s lease during its bump",
             self.id
         );
-        self.seen.lock().unwrap().busy = None;
+        let mut seen = self.seen.lock().unwrap();
+        seen.busy = None;
+        if carved {
+            (seen.window, seen.bumper) = (window, me);
+        }
     }
 
     /// `Region::bump`: carves `units` if they fit what the region holds.
@@ -175,7 +188,7 @@ impl Region {
         if fits {
             self.cursor.store(cursor + units, Relaxed);
         }
-        self.leave_bump(me);
+        self.leave_bump(me, window, fits);
         fits
     }
 
@@ -257,9 +270,11 @@ enum Event {
     ReclaimLost,
     /// A request was over budget.
     OverBudget,
+    /// A thread with nothing in its region moved to a FREE one with room.
+    MovedToIdle,
 }
 
-const EVENTS: usize = 7;
+const EVENTS: usize = 8;
 
 /// Counts of each [`Event`], over the runs that share it.
 #[derive(Default)]
@@ -312,9 +327,18 @@ impl Allocator {
                 }
             }
         }
-        let region = self.lease(t);
+        let mut region = self.lease(t);
         if region.bump(t.serial, window, units) {
             return Ok(());
+        }
+        let empty = region.cursor.load(Relaxed) == 0;
+        if empty || self.mutation == Mutation::MoveWithScratch {
+            if let Some(idle) = self.move_to_idle(t, &region, units) {
+                region = idle;
+                if region.bump(t.serial, window, units) {
+                    return Ok(());
+                }
+            }
         }
         self.grow(&region, t.serial, window, units)?;
         assert!(
@@ -366,6 +390,32 @@ impl Allocator {
         fresh
     }
 
+    /// `CachingAllocator::move_to_idle`: under the lock, the smallest FREE
+    /// region whose room serves `units`, leased to the thread in place of
+    /// `region` (which has nothing in it), which becomes FREE.
+    fn move_to_idle(
+        &self,
+        t: &mut Thread,
+        region: &Arc<Region>,
+        units: usize,
+    ) -> Option<Arc<Region>> {
+        let regions = self.regions.lock().unwrap();
+        loop {
+            let idle = regions
+                .iter()
+                .filter(|r| !Arc::ptr_eq(r, region) && r.is_free() && r.held() >= units)
+                .min_by_key(|r| r.held())
+                .cloned()?;
+            if idle.lease(t.serial, self.mutation) {
+                region.unlease();
+                t.region = Some(Arc::clone(&idle));
+                self.coverage.note(Event::MovedToIdle);
+                return Some(idle);
+            }
+            self.coverage.note(Event::LookedAgain);
+        }
+    }
+
     /// `Region::grow` (in place) and `BlockCache`'s charge: `units` more
     /// past the cursor, if the limit allows.
     fn grow_in_place(&self, region: &Region, units: usize) -> Result<(), OverBudget> {
@@ -393,7 +443,7 @@ impl Allocator {
         }
         // The thread still leases its region, whatever `make_room` did.
         region.enter_bump(me, window);
-        region.leave_bump(me);
+        region.leave_bump(me, window, false);
         self.grow_in_place(region, units)
     }
 
@@ -544,10 +594,12 @@ fn scenario(mutation: Mutation, coverage: &Arc<Coverage>) {
         let (alloc, start, end) = (Arc::clone(&alloc), Arc::clone(&start), Arc::clone(&end));
         thread::spawn(move || {
             let mut me = alloc.thread();
-            for _window in 0..3 {
+            // In the last window its first request is more than its region
+            // holds: it moves to a FREE region with the room, if one is.
+            for units in [[1, 1], [1, 1], [3, 0]] {
                 start.wait();
-                for _ in 0..2 {
-                    if alloc.allocate(&mut me, 1).is_err() {
+                for n in units {
+                    if alloc.allocate(&mut me, n).is_err() {
                         break;
                     }
                 }
@@ -585,7 +637,7 @@ fn scenario(mutation: Mutation, coverage: &Arc<Coverage>) {
     start.wait();
     fresh(&alloc, &[1, 1]).join().unwrap();
     // Past its mark: it grows, if the budget lets it (window 2 may have
-    // taken it all).
+    // taken it all); it has scratch in its region, so it does not move.
     let _ = alloc.allocate(&mut main, 1);
     end.wait();
     persistent.join().unwrap();
@@ -620,11 +672,12 @@ fn the_lease_protocol_under_random_and_pct_schedules() {
 }
 
 /// Every planted bug.
-const PLANTED: [Mutation; 4] = [
+const PLANTED: [Mutation; 5] = [
     Mutation::LeaseWithoutCas,
     Mutation::ReclaimLeased,
     Mutation::ReclaimWithoutCas,
     Mutation::KeepWindow,
+    Mutation::MoveWithScratch,
 ];
 
 /// For each seed in `seeds`, the schedule (from 1) at which the checks

@@ -484,12 +484,12 @@ impl CachingAllocator {
         let (shared, region) = match shared {
             _ if !region.is_empty() => (shared, region),
             Some(shared) => {
-                let region = self.take_idle(shared, region, layout, peak).unwrap_or(region);
+                let region = self.move_to_idle(shared, region, layout, peak).unwrap_or(region);
                 (Some(shared), region)
             }
-            None => (None, self.take_idle(&mut self.lock(), region, layout, peak).unwrap_or(region)),
+            None => (None, self.move_to_idle(&mut self.lock(), region, layout, peak).unwrap_or(region)),
         };
-        // SAFETY: as above (`take_idle` leased the region it returns).
+        // SAFETY: as above (`move_to_idle` leased the region it returns).
         if let Some(ptr) = unsafe { region.bump(layout) } {
             return Ok((ptr, region));
         }
@@ -508,7 +508,7 @@ impl CachingAllocator {
     /// grew takes memory another thread left idle before anything is
     /// committed. `None` when no FREE region has the room.
     #[cold]
-    fn take_idle(&self, shared: &mut Shared, region: &Region, layout: Layout, peak: usize) -> Option<&Region> {
+    fn move_to_idle(&self, shared: &mut Shared, region: &Region, layout: Layout, peak: usize) -> Option<&Region> {
         debug_assert!(region.is_empty());
         let (_, me) = lease::mine(self.id);
         loop {

@@ -651,3 +651,25 @@ fn the_retain_cap_gives_back_only_what_is_above_it() {
     }
 }
 
+
+#[test]
+fn an_idle_block_larger_than_the_room_left_is_not_taken() {
+    // A shared cache keeps one idle heap block of 44 pages; a session with
+    // 42 pages of room asks for 40. The block would pass its limit and a
+    // heap block cannot shrink, so a new block of 40 pages serves, as it
+    // does with the cache empty, instead of the request being refused.
+    let page = page();
+    let cache = Arc::new(BlockCache::with_idle_budget(64 * page));
+    let heap = fast().reserve(None);
+    let mut before = CachingAllocator::with_cache(Arc::clone(&cache), heap);
+    KernelContext::new(&before).allocate_temp(44 * page, 64).unwrap();
+    before.release();
+    let idle = cache.idle_bytes();
+    assert!(idle > 42 * page, "an idle block above the room: {idle} bytes");
+    for cache in [cache, Arc::new(BlockCache::with_idle_budget(0))] {
+        let temp = CachingAllocator::with_cache(cache, heap.max_bytes(Some(42 * page)));
+        let a = fill(KernelContext::new(&temp).allocate_temp(40 * page, 64).unwrap(), 1);
+        check(a, 1);
+        assert!(temp.stats().bytes_held <= 42 * page);
+    }
+}
