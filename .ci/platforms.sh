@@ -31,7 +31,7 @@ out=$root/target/platforms
 # filters: a test runs when its path contains one): the CachingAllocator's
 # promise modules. The lib's unit tests run whole as well. Extend this list
 # when a module that reserves, commits or decommits memory is added.
-OS_TESTS="frames:: stress:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: refusals:: plan::"
+OS_TESTS="frames:: stress:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: refusals:: plan:: work::"
 
 # The page sizes of the kernels tempalloc must handle besides 4 KiB: Apple
 # Silicon, iOS and Android 15+ (16 KiB), some arm64 servers (64 KiB).
