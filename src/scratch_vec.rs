@@ -61,7 +61,7 @@ pub(crate) mod sealed {
     /// An allocator that records why it refused a request: a kernel's
     /// context or a frame's allocator handle.
     pub trait Recorded: allocator_api2::alloc::Allocator {
-        /// The failure recorded so far, if any.
+        /// Why the last request was refused, if it was kept.
         fn recorded(&self) -> Option<crate::Error>;
     }
 }
@@ -69,7 +69,7 @@ pub(crate) mod sealed {
 impl sealed::Recorded for &KernelContext<'_> {
     #[inline]
     fn recorded(&self) -> Option<Error> {
-        self.failure()
+        self.noted()
     }
 }
 

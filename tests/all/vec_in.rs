@@ -123,7 +123,16 @@ fn a_scratch_vec_over_budget_records_the_real_error() {
             );
             // The context saw the real error; the first vector is intact.
             assert!(v.iter().copied().eq(0..100), "{name}");
-            Ok(v.len())
+            Ok::<_, Error>(v.len())
+        });
+        // The kernel handled the refusal: its `Ok` stands (issue 31, item 1).
+        assert_eq!(r, Ok(100), "{name}");
+        // A kernel that gives up returns an `Err` with the refusal's numbers.
+        let r = with_context(temp, |ctx| {
+            let mut big: ScratchVec<'_, u64> = ScratchVec::new_in(ctx);
+            big.try_reserve(10_000)
+                .map_err(|_| Error::OutOfMemory { size: 0, align: 0 })?;
+            Ok(big.len())
         });
         match r {
             Err(Error::BudgetExceeded {
