@@ -142,6 +142,12 @@ unsafe impl TempAllocator for AnyTemp {
     fn stats(&self) -> Stats {
         each!(self, t => t.stats())
     }
+
+    #[inline]
+    unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
+        // SAFETY: the caller's contract, which is the inner allocator's.
+        each!(self, t => unsafe { t.resize_in_place(ptr, old, new_size) })
+    }
 }
 
 // SAFETY: a checkpoint is the inner allocator's, tagged with its variant,

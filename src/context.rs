@@ -560,6 +560,98 @@ unsafe impl Allocator for &KernelContext<'_> {
 
     #[inline]
     unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
+
+    #[inline]
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: `Allocator::grow`'s contract, on memory of this context.
+        unsafe { self.regrow(ptr, old, new, |layout| Allocator::allocate(self, layout)) }
+    }
+
+    #[inline]
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: `Allocator::shrink`'s contract, on memory of this context.
+        unsafe { self.shrink_with(ptr, old, new, |layout| Allocator::allocate(self, layout)) }
+    }
+}
+
+impl KernelContext<'_> {
+    /// `Allocator::grow` for every handle over this context: where the
+    /// block is, if the allocator can extend it (the newest block of the
+    /// thread's window), else a new block from `alloc` and a copy. Without
+    /// it every doubling of a `ScratchVec` left the old block behind.
+    ///
+    /// # Safety
+    ///
+    /// `Allocator::grow`'s: `ptr` is a live block this context's allocator
+    /// handed out for `old`, given up to this call;
+    /// `new.size() >= old.size()`; `alloc` hands out memory of the same
+    /// allocator.
+    #[inline]
+    pub(crate) unsafe fn regrow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+        alloc: impl FnOnce(Layout) -> Result<NonNull<[u8]>, AllocError>,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        if ptr.as_ptr().addr() & (new.align() - 1) == 0 {
+            if let Some(temp) = self.temp() {
+                // SAFETY: the caller's contract is `resize_in_place`'s.
+                if unsafe { temp.resize_in_place(ptr, old, new.size()) } {
+                    return Ok(NonNull::slice_from_raw_parts(ptr, new.size()));
+                }
+            }
+        }
+        let to = alloc(new)?;
+        // SAFETY: the old block holds `old.size()` bytes, the new one at
+        // least `new.size() >= old.size()`, and they are distinct live
+        // blocks.
+        unsafe {
+            core::ptr::copy_nonoverlapping(ptr.as_ptr(), to.cast::<u8>().as_ptr(), old.size())
+        };
+        Ok(to)
+    }
+
+    /// `Allocator::shrink` for every handle over this context: the same
+    /// block when it is aligned for `new` (its tail waits for the reset, as
+    /// any scratch does), else a new one from `alloc` and a copy.
+    ///
+    /// # Safety
+    ///
+    /// `Allocator::shrink`'s: `ptr` is a live block this context's allocator
+    /// handed out for `old`, given up to this call;
+    /// `new.size() <= old.size()`; `alloc` hands out memory of the same
+    /// allocator.
+    #[inline]
+    pub(crate) unsafe fn shrink_with(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+        alloc: impl FnOnce(Layout) -> Result<NonNull<[u8]>, AllocError>,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        debug_assert!(new.size() <= old.size());
+        if ptr.as_ptr().addr() & (new.align() - 1) == 0 {
+            return Ok(NonNull::slice_from_raw_parts(ptr, new.size()));
+        }
+        let to = alloc(new)?;
+        // SAFETY: both blocks hold at least `new.size()` bytes, and they are
+        // distinct live blocks.
+        unsafe {
+            core::ptr::copy_nonoverlapping(ptr.as_ptr(), to.cast::<u8>().as_ptr(), new.size())
+        };
+        Ok(to)
+    }
 }
 
 /// The runtime's per-execute pattern in one call: makes a context over

@@ -643,6 +643,36 @@ unsafe impl Allocator for FrameAllocator<'_> {
 
     #[inline]
     unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
+
+    #[inline]
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // In place too would pass a running kernel's checkpoint.
+        self.check()?;
+        // SAFETY: `Allocator::grow`'s contract, on memory of the frame's
+        // context.
+        unsafe {
+            (self.state.ctx).regrow(ptr, old, new, |layout| Allocator::allocate(self, layout))
+        }
+    }
+
+    #[inline]
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: `Allocator::shrink`'s contract, on memory of the frame's
+        // context; a new block comes through `allocate`, which checks.
+        unsafe {
+            (self.state.ctx).shrink_with(ptr, old, new, |layout| Allocator::allocate(self, layout))
+        }
+    }
 }
 
 impl core::fmt::Debug for FrameAllocator<'_> {

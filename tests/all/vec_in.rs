@@ -25,11 +25,13 @@ fn a_vec_grows_through_many_reallocations_intact() {
             v.iter().enumerate().all(|(i, &x)| x == i as u64 * 3 + 1),
             "{name}"
         );
-        assert_eq!(
-            temp.stats().allocations,
-            growths,
-            "{name}: one scratch request per growth"
-        );
+        let allocations = temp.stats().allocations;
+        if name.starts_with("Caching") || name == crate::util::FIXED {
+            // The vector is the newest block: it grows in place (issue 31).
+            assert!(allocations < growths, "{name}: {allocations} requests");
+        } else {
+            assert_eq!(allocations, growths, "{name}: one request per growth");
+        }
     });
 }
 
