@@ -263,7 +263,7 @@ fn run_parent(
 
 /// The `demo-mimalloc` binary next to `exe`, for the `malloc/mimalloc` row:
 /// a global allocator is one per binary, so that row's child is another
-/// binary, built from the same sources (examples/demo/mimalloc.rs). Under
+/// binary, built from the same sources (crates/demo/src/mimalloc.rs). Under
 /// `cargo run` (which sets `CARGO`) it is built first, with the demo's
 /// profile; otherwise it is used if it is there. `None` (and a note) when
 /// it cannot be had: the demo runs without that row.
@@ -276,14 +276,14 @@ fn mimalloc_binary(exe: &Path) -> Option<PathBuf> {
         };
         if stale(exe, &sibling).unwrap_or(true) {
             println!(
-                "building demo-mimalloc for the malloc/mimalloc row (cargo build --example demo-mimalloc)"
+                "building demo-mimalloc for the malloc/mimalloc row (cargo build -p demo --bin demo-mimalloc)"
             );
         }
         let mut build = std::process::Command::new(cargo);
         build.args([
             "build",
             "--quiet",
-            "--example",
+            "--bin",
             "demo-mimalloc",
             "--manifest-path",
             manifest,
@@ -303,7 +303,7 @@ fn mimalloc_binary(exe: &Path) -> Option<PathBuf> {
         Some(sibling)
     } else {
         println!(
-            "(no malloc/mimalloc row: build it with `cargo build --release --example demo-mimalloc`)"
+            "(no malloc/mimalloc row: build it with `cargo build --release -p demo --bin demo-mimalloc`)"
         );
         None
     }
