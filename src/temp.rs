@@ -17,6 +17,14 @@ use crate::{Error, Stats};
 /// The trait is object-safe, so kernels take `&dyn TempAllocator` and are not
 /// generic over the allocator.
 ///
+/// **Frames need more than the trait.** `Box<dyn TempAllocator>` has no
+/// `frame` method (error E0599: frames are [`Rewind`](crate::Rewind)'s,
+/// which is not object-safe, as its checkpoints are each allocator's own
+/// type). A runtime that picks its allocator at run time holds an
+/// [`AnyTemp`](crate::AnyTemp) instead: one of the crate's allocators, or
+/// its own through [`AnyTemp::custom`](crate::AnyTemp::custom), with
+/// frames, `trim` and `release`.
+///
 /// `Sync` is a supertrait: the worker threads of one kernel share its
 /// [`KernelContext`](crate::KernelContext), so every allocator must serve
 /// requests from several threads at once. `CachingAllocator` does so without
@@ -153,8 +161,9 @@ macro_rules! forward_to_inner {
 
 /// A boxed allocator, so a runtime can pick one at run time. A boxed
 /// allocator has no frames ([`Rewind`](crate::Rewind) is not object-safe);
-/// [`AnyTemp`](crate::AnyTemp) picks one of the crate's allocators at run
-/// time and keeps them.
+/// [`AnyTemp`](crate::AnyTemp) picks one of the crate's allocators (or a
+/// runtime's own, [`AnyTemp::custom`](crate::AnyTemp::custom)) at run time
+/// and keeps them.
 ///
 /// ```
 /// use tempalloc::{BumpAllocator, KernelContext, MallocAllocator, TempAllocator};
