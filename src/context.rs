@@ -449,6 +449,7 @@ impl<'a> KernelContext<'a> {
     }
 
     /// The last refusal [`note`](Self::note) kept.
+    #[cfg(feature = "alloc")]
     #[inline]
     pub(crate) fn noted(&self) -> Option<Error> {
         self.noted.get()
