@@ -2,7 +2,10 @@
 //! frames.
 
 use core::alloc::Layout;
+use core::any::Any;
+use core::fmt;
 use core::ptr::NonNull;
+use std::boxed::Box;
 
 use crate::frame::run_frame;
 use crate::{
@@ -35,8 +38,12 @@ use crate::{
 /// # Ok::<(), Error>(())
 /// ```
 ///
+/// A runtime's own [`Rewind`] allocator joins them as
+/// [`AnyTemp::custom`], and the calls the allocators share
+/// ([`trim`](Self::trim), [`release`](Self::release),
+/// [`check`](Self::check), [`max_bytes`](Self::max_bytes)) need no `match`.
+///
 /// New variants may be added, so a `match` on it needs a wildcard arm.
-#[derive(Debug)]
 #[non_exhaustive]
 #[allow(
     clippy::large_enum_variant,
@@ -49,6 +56,77 @@ pub enum AnyTemp {
     Malloc(MallocAllocator),
     /// `bumpalo` behind the trait.
     Bump(BumpAllocator),
+    /// A runtime's own allocator: see [`AnyTemp::custom`].
+    Custom(Box<dyn DynRewind>),
+}
+
+/// A [`Rewind`] allocator whose checkpoints are boxed, so that it fits
+/// behind a pointer ([`Rewind`] is not object-safe: its checkpoints are
+/// each allocator's own type): what [`AnyTemp::Custom`] holds. Every
+/// `Rewind` allocator that is `Send + 'static`, with a `Send + 'static`
+/// checkpoint, implements it.
+///
+/// ```
+/// use tempalloc::{DynRewind, MallocAllocator};
+///
+/// let mut temp: Box<dyn DynRewind> = Box::new(MallocAllocator::new());
+/// let cp = temp.checkpoint_dyn()?;
+/// temp.rewind_dyn(cp)?;
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+///
+/// # Safety
+///
+/// [`Rewind`]'s contract, with [`checkpoint_dyn`](Self::checkpoint_dyn)
+/// and [`rewind_dyn`](Self::rewind_dyn) for `checkpoint` and `rewind`.
+pub unsafe trait DynRewind: TempAllocator + Send {
+    /// [`Rewind::checkpoint`], boxed.
+    ///
+    /// ```
+    /// use tempalloc::{DynRewind, MallocAllocator};
+    ///
+    /// assert!(MallocAllocator::new().checkpoint_dyn().is_ok());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Rewind::checkpoint`].
+    fn checkpoint_dyn(&self) -> Result<Box<dyn Any + Send>, Error>;
+
+    /// [`Rewind::rewind`] to a checkpoint from
+    /// [`checkpoint_dyn`](Self::checkpoint_dyn).
+    ///
+    /// ```
+    /// use tempalloc::{DynRewind, Error, MallocAllocator};
+    ///
+    /// let mut temp = MallocAllocator::new();
+    /// assert_eq!(temp.rewind_dyn(Box::new(7u8)), Err(Error::ForeignCheckpoint));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ForeignCheckpoint`] for a checkpoint of another type, else
+    /// as [`Rewind::rewind`].
+    fn rewind_dyn(&mut self, checkpoint: Box<dyn Any + Send>) -> Result<(), Error>;
+}
+
+// SAFETY: both calls go to `A`'s `Rewind`, which upholds the contract; a
+// checkpoint of another type is refused before `A` sees it.
+unsafe impl<A> DynRewind for A
+where
+    A: Rewind + Send + 'static,
+    A::Checkpoint: Send + 'static,
+{
+    fn checkpoint_dyn(&self) -> Result<Box<dyn Any + Send>, Error> {
+        Ok(Box::new(Rewind::checkpoint(self)?))
+    }
+
+    fn rewind_dyn(&mut self, checkpoint: Box<dyn Any + Send>) -> Result<(), Error> {
+        let checkpoint = checkpoint
+            .downcast::<A::Checkpoint>()
+            .map_err(|_| Error::ForeignCheckpoint)?;
+        Rewind::rewind(self, *checkpoint)
+    }
 }
 
 /// A checkpoint of an [`AnyTemp`]: its variant's own checkpoint.
@@ -70,6 +148,8 @@ pub enum AnyCheckpoint {
     Malloc(MallocCheckpoint),
     /// Of [`AnyTemp::Bump`].
     Bump(BumpCheckpoint),
+    /// Of [`AnyTemp::Custom`].
+    Custom(Box<dyn Any + Send>),
 }
 
 /// `$body` with `$t` bound to the allocator inside `$any`, whatever its
@@ -80,8 +160,20 @@ macro_rules! each {
             AnyTemp::Caching($t) => $body,
             AnyTemp::Malloc($t) => $body,
             AnyTemp::Bump($t) => $body,
+            AnyTemp::Custom($t) => $body,
         }
     };
+}
+
+impl fmt::Debug for AnyTemp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AnyTemp::Caching(t) => f.debug_tuple("Caching").field(t).finish(),
+            AnyTemp::Malloc(t) => f.debug_tuple("Malloc").field(t).finish(),
+            AnyTemp::Bump(t) => f.debug_tuple("Bump").field(t).finish(),
+            AnyTemp::Custom(t) => f.debug_tuple("Custom").field(&t.stats()).finish(),
+        }
+    }
 }
 
 impl AnyTemp {
@@ -105,6 +197,107 @@ impl AnyTemp {
         f: impl for<'f> FnOnce(&mut Frame<'f, Self>) -> Result<R, E>,
     ) -> Result<R, E> {
         run_frame(self, f)
+    }
+
+    /// A runtime's own [`Rewind`] allocator, boxed, beside the crate's: it
+    /// runs frames as they do. Each checkpoint (each kernel and nested
+    /// frame) is a small heap allocation.
+    ///
+    /// ```
+    /// use tempalloc::{AnyTemp, Error, FixedAllocator};
+    ///
+    /// // A `FixedAllocator` over a buffer the runtime owns for good.
+    /// let buf = Box::leak(Box::new([std::mem::MaybeUninit::uninit(); 4096]));
+    /// let mut temp = AnyTemp::custom(FixedAllocator::new(buf));
+    /// let n = temp.frame(|inf| {
+    ///     let act = inf.scratch_fill(16, 2u32)?;
+    ///     inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch_copy(act)?.iter().sum::<u32>()))
+    /// })?;
+    /// assert_eq!(n, 32);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn custom<A>(temp: A) -> Self
+    where
+        A: Rewind + Send + 'static,
+        A::Checkpoint: Send + 'static,
+    {
+        AnyTemp::Custom(Box::new(temp))
+    }
+
+    /// Gives back the memory no scratch uses now, as
+    /// [`CachingAllocator::trim`]; the others hold no more than what is live
+    /// after a reset (or, `BumpAllocator`, one chunk), and keep it.
+    ///
+    /// ```
+    /// use tempalloc::{AnyTemp, CachingAllocator, TempAllocator};
+    ///
+    /// let mut temp = AnyTemp::from(CachingAllocator::new());
+    /// temp.trim();
+    /// assert_eq!(temp.stats().bytes_live, 0);
+    /// ```
+    pub fn trim(&mut self) {
+        if let AnyTemp::Caching(t) = self {
+            t.trim();
+        }
+    }
+
+    /// Resets, then gives back all the memory it can: as
+    /// [`CachingAllocator::release`] and [`BumpAllocator::release`]; a reset
+    /// for the others.
+    ///
+    /// ```
+    /// use tempalloc::{AnyTemp, BumpAllocator, KernelContext, TempAllocator};
+    ///
+    /// let mut temp = AnyTemp::from(BumpAllocator::new());
+    /// KernelContext::new(&temp).scratch::<u8>(4096)?;
+    /// temp.release();
+    /// assert_eq!(temp.stats().bytes_held, 0);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    pub fn release(&mut self) {
+        match self {
+            AnyTemp::Caching(t) => t.release(),
+            AnyTemp::Bump(t) => t.release(),
+            AnyTemp::Malloc(t) => t.reset(),
+            AnyTemp::Custom(t) => t.reset(),
+        }
+    }
+
+    /// As [`CachingAllocator::check`] (the canaries, with the debug checks
+    /// on); `Ok` for the others, which keep none.
+    ///
+    /// ```
+    /// use tempalloc::{AnyTemp, MallocAllocator};
+    ///
+    /// assert_eq!(AnyTemp::from(MallocAllocator::new()).check(), Ok(()));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`CachingAllocator::check`].
+    pub fn check(&self) -> Result<(), Error> {
+        match self {
+            AnyTemp::Caching(t) => t.check(),
+            _ => Ok(()),
+        }
+    }
+
+    /// The allocator's own limit, if it has one:
+    /// [`CachingConfig::max_bytes`](crate::CachingConfig::max_bytes) or
+    /// [`BumpAllocator::with_limit`]'s.
+    ///
+    /// ```
+    /// use tempalloc::{AnyTemp, BumpAllocator, MallocAllocator};
+    ///
+    /// assert_eq!(AnyTemp::from(BumpAllocator::with_limit(1 << 20)).max_bytes(), Some(1 << 20));
+    /// assert_eq!(AnyTemp::from(MallocAllocator::new()).max_bytes(), None);
+    /// ```
+    pub fn max_bytes(&self) -> Option<usize> {
+        match self {
+            AnyTemp::Caching(t) => t.config().max_bytes,
+            AnyTemp::Bump(t) => t.limit(),
+            AnyTemp::Malloc(_) | AnyTemp::Custom(_) => None,
+        }
     }
 }
 
@@ -142,6 +335,12 @@ unsafe impl TempAllocator for AnyTemp {
     fn stats(&self) -> Stats {
         each!(self, t => t.stats())
     }
+
+    #[inline]
+    unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
+        // SAFETY: the caller's contract, which is the inner allocator's.
+        each!(self, t => unsafe { t.resize_in_place(ptr, old, new_size) })
+    }
 }
 
 // SAFETY: a checkpoint is the inner allocator's, tagged with its variant,
@@ -158,6 +357,7 @@ unsafe impl Rewind for AnyTemp {
             AnyTemp::Caching(t) => AnyCheckpoint::Caching(t.checkpoint()?),
             AnyTemp::Malloc(t) => AnyCheckpoint::Malloc(Rewind::checkpoint(t)?),
             AnyTemp::Bump(t) => AnyCheckpoint::Bump(Rewind::checkpoint(t)?),
+            AnyTemp::Custom(t) => AnyCheckpoint::Custom(t.checkpoint_dyn()?),
         })
     }
 
@@ -170,6 +370,7 @@ unsafe impl Rewind for AnyTemp {
             (AnyTemp::Caching(t), AnyCheckpoint::Caching(cp)) => t.rewind(cp),
             (AnyTemp::Malloc(t), AnyCheckpoint::Malloc(cp)) => t.rewind(cp),
             (AnyTemp::Bump(t), AnyCheckpoint::Bump(cp)) => t.rewind(cp),
+            (AnyTemp::Custom(t), AnyCheckpoint::Custom(cp)) => t.rewind_dyn(cp),
             _ => Err(Error::ForeignCheckpoint),
         }
     }

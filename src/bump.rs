@@ -161,6 +161,18 @@ impl BumpAllocator {
         temp
     }
 
+    /// The limit [`with_limit`](Self::with_limit) set, if any.
+    ///
+    /// ```
+    /// use tempalloc::BumpAllocator;
+    ///
+    /// assert_eq!(BumpAllocator::with_limit(4096).limit(), Some(4096));
+    /// assert_eq!(BumpAllocator::new().limit(), None);
+    /// ```
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
     /// The `bumpalo::Bump` underneath, for code that already speaks bumpalo.
     /// It takes `&mut self`: the bump is not shared while you use it.
     ///
@@ -176,6 +188,31 @@ impl BumpAllocator {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .bump
+    }
+
+    /// Resets, then frees the chunk bumpalo keeps across resets: nothing
+    /// is held until the next request takes a chunk again. For memory
+    /// pressure.
+    ///
+    /// ```
+    /// use tempalloc::{BumpAllocator, KernelContext, TempAllocator};
+    ///
+    /// let mut temp = BumpAllocator::with_limit(1 << 20);
+    /// KernelContext::new(&temp).scratch::<u8>(4096)?;
+    /// temp.release();
+    /// assert_eq!(temp.stats().bytes_held, 0);
+    /// assert!(KernelContext::new(&temp).scratch::<u8>(4096).is_ok());
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    pub fn release(&mut self) {
+        self.reset();
+        let limit = self.limit;
+        let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        inner.bump = Bump::new();
+        inner.bump.set_allocation_limit(limit);
+        inner.stats.system_frees += core::mem::take(&mut inner.chunks);
+        inner.stats.bytes_held = 0;
+        inner.last_chunk = 0;
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {

@@ -9,7 +9,7 @@ use core::ptr::NonNull;
 use allocator_api2::alloc::{AllocError, Allocator};
 use bytemuck::Zeroable;
 
-use crate::failure::FailureSlot;
+use crate::failure::{FailureSlot, NoteSlot};
 use crate::{Error, TempAllocator};
 
 /// The context a runtime hands a kernel on every execute call: a temp
@@ -99,6 +99,9 @@ pub struct KernelContext<'a> {
     /// a stored `&'a` would not survive. Each call makes a `&` for itself.
     temp: Option<NonNull<dyn TempAllocator + 'a>>,
     failure: FailureSlot,
+    /// The last request refused through the `Allocator` trait: its numbers,
+    /// for an `Err` the kernel returns, never a failure of its own.
+    noted: NoteSlot,
     /// Acts as the `&'a dyn TempAllocator` it stands for.
     _temp: PhantomData<&'a dyn TempAllocator>,
 }
@@ -145,6 +148,7 @@ impl<'a> KernelContext<'a> {
         KernelContext {
             temp: temp.map(NonNull::from),
             failure: FailureSlot::new(),
+            noted: NoteSlot::new(),
             _temp: PhantomData,
         }
     }
@@ -160,6 +164,7 @@ impl<'a> KernelContext<'a> {
         KernelContext {
             temp: Some(temp),
             failure: FailureSlot::new(),
+            noted: NoteSlot::new(),
             _temp: PhantomData,
         }
     }
@@ -423,19 +428,38 @@ impl<'a> KernelContext<'a> {
         Ok(unsafe { assume_init(dst) })
     }
 
-    /// `result`, unless the kernel recorded a failure, which wins: the
-    /// fold every runtime entry point does.
+    /// The fold every runtime entry point does: a failure recorded with
+    /// [`fail`](Self::fail) wins; else an `Ok` stays `Ok` (a refusal the
+    /// kernel handled is not a failure), and an `Err` takes the numbers of
+    /// the last refusal noted through the `Allocator` trait, whose
+    /// `AllocError` could not carry them.
     #[inline]
     pub(crate) fn finish<R, E: From<Error>>(&self, result: Result<R, E>) -> Result<R, E> {
-        match self.failure() {
-            Some(e) => Err(E::from(e)),
-            None => result,
+        if let Some(e) = self.failure.get() {
+            return Err(E::from(e));
         }
+        result.map_err(|e| self.noted.get().map_or(e, E::from))
+    }
+
+    /// Keeps the numbers of a request refused where only `AllocError` can
+    /// be returned, for the caller that sees it and for the kernel's `Err`.
+    #[inline]
+    pub(crate) fn note(&self, error: Error) {
+        self.noted.set(error);
+    }
+
+    /// The last refusal [`note`](Self::note) kept.
+    #[cfg(feature = "alloc")]
+    #[inline]
+    pub(crate) fn noted(&self) -> Option<Error> {
+        self.noted.get()
     }
 
     /// Records that the kernel failed, so the runtime can see why without a
     /// panic; [`with_context`] and [`Frame::kernel`](crate::Frame::kernel)
-    /// return it. The first failure is kept; later ones are ignored. Worker
+    /// return it, even when the kernel returns `Ok`. The first failure is
+    /// kept; later ones are ignored. (A request refused through the
+    /// `Allocator` trait is not recorded here: see [`failure`](Self::failure).) Worker
     /// threads may call it at once, and it never waits: a call that loses the
     /// race returns before the winner's error may be visible, which
     /// [`failure`](Self::failure) shows once the winning call has returned
@@ -461,16 +485,27 @@ impl<'a> KernelContext<'a> {
         self.failure.set(error);
     }
 
-    /// The failure the kernel recorded, if any.
+    /// The failure the kernel recorded with [`fail`](Self::fail), else the
+    /// last request a collection asked of the context (through the
+    /// `Allocator` trait) and was refused: the numbers its `AllocError`
+    /// could not carry. Only the first fails the kernel; the second is for
+    /// an `Err` the kernel returns.
     ///
     /// ```
-    /// use tempalloc::KernelContext;
+    /// use tempalloc::{Error, FixedAllocator, KernelContext, ScratchVec};
+    /// # use core::mem::MaybeUninit;
     ///
-    /// assert_eq!(KernelContext::without_temp().failure(), None);
+    /// let mut buf = [MaybeUninit::uninit(); 64];
+    /// let temp = FixedAllocator::new(&mut buf);
+    /// let ctx = KernelContext::new(&temp);
+    /// assert_eq!(ctx.failure(), None);
+    /// let mut v = ScratchVec::<u8>::new_in(&ctx);
+    /// assert!(v.try_reserve(100).is_err());
+    /// assert!(matches!(ctx.failure(), Some(Error::BudgetExceeded { requested: 100, .. })));
     /// ```
     #[inline]
     pub fn failure(&self) -> Option<Error> {
-        self.failure.get()
+        self.failure.get().or_else(|| self.noted.get())
     }
 }
 
@@ -486,9 +521,10 @@ impl fmt::Debug for KernelContext<'_> {
 /// A context is an [`allocator_api2`] allocator, so kernels can build
 /// collections in scratch ([`ScratchVec`](crate::ScratchVec), a `hashbrown`
 /// map). `deallocate` does nothing: the reset recycles. A refused request
-/// is recorded with [`fail`](KernelContext::fail) before `AllocError` is
-/// returned, so the real error (budget, alignment, out of memory) reaches
-/// the runtime.
+/// keeps its error (budget, alignment, out of memory) in the context before
+/// `AllocError` is returned: [`failure`](KernelContext::failure) shows it,
+/// and an `Err` the kernel returns takes it, but a kernel that handles the
+/// refusal and returns `Ok` stays `Ok`.
 ///
 /// Which calls abort and which return an error, when the budget runs out:
 /// the collections' own growing calls (`Vec::push`, `extend`, `reserve`,
@@ -518,19 +554,116 @@ unsafe impl Allocator for &KernelContext<'_> {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
         KernelContext::allocate(self, layout).map_err(|e| {
-            self.fail(e);
+            self.note(e);
             AllocError
         })
     }
 
     #[inline]
     unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
+
+    #[inline]
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: `Allocator::grow`'s contract, on memory of this context.
+        unsafe { self.regrow(ptr, old, new, |layout| Allocator::allocate(self, layout)) }
+    }
+
+    #[inline]
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: `Allocator::shrink`'s contract, on memory of this context.
+        unsafe { self.shrink_with(ptr, old, new, |layout| Allocator::allocate(self, layout)) }
+    }
+}
+
+impl KernelContext<'_> {
+    /// `Allocator::grow` for every handle over this context: where the
+    /// block is, if the allocator can extend it (the newest block of the
+    /// thread's window), else a new block from `alloc` and a copy. Without
+    /// it every doubling of a `ScratchVec` left the old block behind.
+    ///
+    /// # Safety
+    ///
+    /// `Allocator::grow`'s: `ptr` is a live block this context's allocator
+    /// handed out for `old`, given up to this call;
+    /// `new.size() >= old.size()`; `alloc` hands out memory of the same
+    /// allocator.
+    #[inline]
+    pub(crate) unsafe fn regrow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+        alloc: impl FnOnce(Layout) -> Result<NonNull<[u8]>, AllocError>,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        if ptr.as_ptr().addr() & (new.align() - 1) == 0 {
+            if let Some(temp) = self.temp() {
+                // SAFETY: the caller's contract is `resize_in_place`'s.
+                if unsafe { temp.resize_in_place(ptr, old, new.size()) } {
+                    return Ok(NonNull::slice_from_raw_parts(ptr, new.size()));
+                }
+            }
+        }
+        let to = alloc(new)?;
+        // SAFETY: the old block holds `old.size()` bytes, the new one at
+        // least `new.size() >= old.size()`, and they are distinct live
+        // blocks.
+        unsafe {
+            core::ptr::copy_nonoverlapping(ptr.as_ptr(), to.cast::<u8>().as_ptr(), old.size())
+        };
+        Ok(to)
+    }
+
+    /// `Allocator::shrink` for every handle over this context: the same
+    /// block when it is aligned for `new` (its tail waits for the reset, as
+    /// any scratch does), else a new one from `alloc` and a copy.
+    ///
+    /// # Safety
+    ///
+    /// `Allocator::shrink`'s: `ptr` is a live block this context's allocator
+    /// handed out for `old`, given up to this call;
+    /// `new.size() <= old.size()`; `alloc` hands out memory of the same
+    /// allocator.
+    #[inline]
+    pub(crate) unsafe fn shrink_with(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+        alloc: impl FnOnce(Layout) -> Result<NonNull<[u8]>, AllocError>,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        debug_assert!(new.size() <= old.size());
+        if ptr.as_ptr().addr() & (new.align() - 1) == 0 {
+            return Ok(NonNull::slice_from_raw_parts(ptr, new.size()));
+        }
+        let to = alloc(new)?;
+        // SAFETY: both blocks hold at least `new.size()` bytes, and they are
+        // distinct live blocks.
+        unsafe {
+            core::ptr::copy_nonoverlapping(ptr.as_ptr(), to.cast::<u8>().as_ptr(), new.size())
+        };
+        Ok(to)
+    }
 }
 
 /// The runtime's per-execute pattern in one call: makes a context over
 /// `temp`, runs `f` with it, resets `temp` and returns `f`'s result, except
 /// that a failure the kernel recorded with [`KernelContext::fail`] (from any
 /// thread) wins over an `Ok`: no error is lost.
+///
+/// A refusal a collection met (an `Allocator`-trait request, whose
+/// `AllocError` has no numbers) is the kernel's to handle: it never turns
+/// the kernel's `Ok` into an `Err`, and it gives its numbers to an `Err`
+/// the kernel returns.
 ///
 /// `f` returns its own error type, anything [`Error`] converts into (`E:
 /// From<Error>`); a recorded failure is converted with `From`. Where the
@@ -563,7 +696,8 @@ unsafe impl Allocator for &KernelContext<'_> {
 ///
 /// # Errors
 ///
-/// The kernel's recorded failure, else what `f` returns.
+/// The kernel's recorded failure, else what `f` returns (an `Err` with the
+/// numbers of the last refusal a collection met, if any).
 pub fn with_context<R, E: From<Error>>(
     temp: &mut dyn TempAllocator,
     f: impl FnOnce(&KernelContext<'_>) -> Result<R, E>,

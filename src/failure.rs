@@ -1,4 +1,5 @@
-//! [`FailureSlot`]: the first [`Error`] a kernel records, kept without `std`.
+//! [`FailureSlot`]: the first [`Error`] a kernel records, and [`NoteSlot`]:
+//! the last request an allocator handle refused, both kept without `std`.
 //!
 //! `std::sync::OnceLock` would do, but it needs `std`, and a kernel context
 //! must work on a microcontroller. A once-cell that blocks needs a lock; one
@@ -75,6 +76,73 @@ impl FailureSlot {
     }
 }
 
+/// The error of the last request refused through the `Allocator` trait,
+/// shared between threads, overwritten by each later refusal.
+///
+/// The trait's `AllocError` carries no numbers, so the context keeps them
+/// here for the caller that sees the `AllocError` (it reads them right
+/// after) and for the `Err` the kernel returns. Neither side ever waits: a
+/// writer that finds the slot busy (another writer, or a reader) drops its
+/// error, and a reader that finds it busy gets `None`; the caller then
+/// reports the request's own size, which is what a lost race costs.
+pub(crate) struct NoteSlot {
+    state: AtomicU8,
+    error: UnsafeCell<MaybeUninit<Error>>,
+}
+
+// SAFETY: `error` is touched only by the one thread whose compare-and-swap
+// took `state` to WRITING (from EMPTY or SET), and it stores EMPTY or SET
+// with Release when done; the Acquire of that swap makes the previous
+// holder's accesses visible. So no two accesses overlap. `Error` is `Copy`
+// and `Send`.
+unsafe impl Sync for NoteSlot {}
+
+impl NoteSlot {
+    /// An empty slot.
+    #[inline]
+    pub(crate) const fn new() -> Self {
+        NoteSlot {
+            state: AtomicU8::new(EMPTY),
+            error: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// Keeps `error` in place of what the slot held, unless another thread
+    /// holds the slot at this instant.
+    #[inline]
+    pub(crate) fn set(&self, error: Error) {
+        let now = self.state.load(Ordering::Relaxed);
+        if now != WRITING
+            && self
+                .state
+                .compare_exchange(now, WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            // SAFETY: the compare-and-swap made this thread the slot's only
+            // user until the store below.
+            unsafe { (*self.error.get()).write(error) };
+            self.state.store(SET, Ordering::Release);
+        }
+    }
+
+    /// The error kept last, unless none is or another thread holds the slot
+    /// at this instant.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<Error> {
+        self.state
+            .compare_exchange(SET, WRITING, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| {
+                // SAFETY: SET means a write finished (its Release store is
+                // seen by the Acquire swap), and the swap made this thread
+                // the slot's only user until the store below.
+                let error = unsafe { (*self.error.get()).assume_init() };
+                self.state.store(SET, Ordering::Release);
+                error
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +169,35 @@ mod tests {
             }
         });
         // Joined: every `set` has returned, so the winner's error is visible.
+        assert!(errors.contains(&slot.get().expect("one writer won")));
+    }
+
+    #[test]
+    fn a_note_keeps_the_last_error() {
+        let slot = NoteSlot::new();
+        assert_eq!(slot.get(), None);
+        slot.set(Error::NoTempAllocator);
+        slot.set(Error::InvalidAlignment { align: 3 });
+        assert_eq!(slot.get(), Some(Error::InvalidAlignment { align: 3 }));
+        assert_eq!(slot.get(), Some(Error::InvalidAlignment { align: 3 }));
+    }
+
+    #[test]
+    fn racing_notes_leave_one_of_their_errors() {
+        let slot = NoteSlot::new();
+        let errors: [Error; 4] = core::array::from_fn(|align| Error::InvalidAlignment {
+            align: 3 + 2 * align,
+        });
+        std::thread::scope(|s| {
+            for e in errors {
+                let slot = &slot;
+                s.spawn(move || {
+                    slot.set(e);
+                    // A reader racing the writers sees one of them or none.
+                    assert!(slot.get().is_none_or(|got| errors.contains(&got)));
+                });
+            }
+        });
         assert!(errors.contains(&slot.get().expect("one writer won")));
     }
 }

@@ -391,6 +391,28 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
         Ok(NonNull::slice_from_raw_parts(ptr, size))
     }
 
+    /// Moves the cursor from the allocation's end to its new end, if the
+    /// cursor is still there (it is the newest) and the buffer holds it.
+    #[inline]
+    unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
+        if old.size() == 0 || new_size < old.size() {
+            return false;
+        }
+        // An offset into the buffer: the caller's contract.
+        let start = ptr.as_ptr().addr().wrapping_sub(self.base.as_ptr().addr());
+        let (Some(end), Some(new_end)) =
+            (start.checked_add(old.size()), start.checked_add(new_size))
+        else {
+            return false;
+        };
+        // Whoever moves the cursor past a range owns it, as in `allocate`.
+        new_end <= self.capacity
+            && self
+                .cursor
+                .compare_exchange(end, new_end, Relaxed, Relaxed)
+                .is_ok()
+    }
+
     fn reset(&mut self) {
         self.fold_window();
         self.fold_counts(0);

@@ -111,6 +111,11 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     /// says which (an `unwrap`, an `assert_eq!`), name it once:
     /// `Ok::<_, Error>(..)`.
     ///
+    /// A refusal a collection met (a [`FrameVec`](crate::FrameVec) that
+    /// could not grow: an `Allocator`-trait request, whose `AllocError` has
+    /// no numbers) is the frame's to handle: it never turns `f`'s `Ok` into
+    /// an `Err`, and it gives its numbers to an `Err` `f` returns.
+    ///
     /// ```
     /// use tempalloc::{Error, MallocAllocator, Rewind, TempAllocator};
     ///
@@ -122,8 +127,9 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     ///
     /// # Errors
     ///
-    /// A failure recorded with [`fail`](KernelContext::fail) on the frame
-    /// (or by its [`allocator`](Frame::allocator)), else what `f` returns.
+    /// A failure recorded with [`fail`](KernelContext::fail) on the frame,
+    /// else what `f` returns (an `Err` with the numbers of the last refusal
+    /// its [`allocator`](Frame::allocator) met, if any).
     fn frame<R, E: From<Error>>(
         &mut self,
         f: impl for<'f> FnOnce(&mut Frame<'f, Self>) -> Result<R, E>,
@@ -378,7 +384,10 @@ impl<'f, A: Rewind> Frame<'f, A> {
     /// (the frame is rewound) when `f` returns, also when it panics. The
     /// result is `f`'s, except that a failure the kernel recorded with
     /// [`KernelContext::fail`] wins over an `Ok` (converted with `From`).
-    /// The kernel may share the context with worker threads (scoped threads,
+    /// A refusal a collection met (an `Allocator`-trait request, whose
+    /// `AllocError` has no numbers) is the kernel's to handle: it never
+    /// turns the kernel's `Ok` into an `Err`, and it gives its numbers to an
+    /// `Err` the kernel returns. The kernel may share the context with worker threads (scoped threads,
     /// a rayon pool), and returns its own error type, as
     /// [`Rewind::frame`] says.
     ///
@@ -416,7 +425,8 @@ impl<'f, A: Rewind> Frame<'f, A> {
     ///
     /// # Errors
     ///
-    /// The kernel's recorded failure, else what `f` returns, else a failed
+    /// The kernel's recorded failure, else what `f` returns (an `Err` with
+    /// the numbers of the last refusal a collection met), else a failed
     /// checkpoint or rewind.
     pub fn kernel<R, E: From<Error>>(
         &mut self,
@@ -478,9 +488,11 @@ impl<'f, A: Rewind> Frame<'f, A> {
     /// A kernel or nested frame running inside this frame would recycle
     /// what the handle hands out, so while one runs the handle refuses:
     /// the collection can be read and written in a kernel, not grown. A
-    /// refused request is recorded as [`Error::FrameSuspended`] on the frame
-    /// (see [`KernelContext::fail`]) and is `AllocError` to the collection;
-    /// any other failure is recorded the same way.
+    /// refused request is `AllocError` to the collection, and the frame
+    /// keeps why ([`Error::FrameSuspended`], or the allocator's error) for
+    /// [`ScratchVecExt::try_push`](crate::ScratchVecExt::try_push) and for
+    /// an `Err` the frame returns; a refusal the frame handles leaves it
+    /// `Ok` (see [`KernelContext::failure`]).
     ///
     /// ```
     /// use tempalloc::allocator_api2::vec::Vec;
@@ -607,7 +619,7 @@ impl FrameAllocator<'_> {
         if state.innermost() {
             return Ok(());
         }
-        state.ctx.fail(Error::FrameSuspended {
+        state.ctx.note(Error::FrameSuspended {
             depth: state.depth,
             open: state.open.get(),
         });
@@ -631,6 +643,36 @@ unsafe impl Allocator for FrameAllocator<'_> {
 
     #[inline]
     unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
+
+    #[inline]
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // In place too would pass a running kernel's checkpoint.
+        self.check()?;
+        // SAFETY: `Allocator::grow`'s contract, on memory of the frame's
+        // context.
+        unsafe {
+            (self.state.ctx).regrow(ptr, old, new, |layout| Allocator::allocate(self, layout))
+        }
+    }
+
+    #[inline]
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: `Allocator::shrink`'s contract, on memory of the frame's
+        // context; a new block comes through `allocate`, which checks.
+        unsafe {
+            (self.state.ctx).shrink_with(ptr, old, new, |layout| Allocator::allocate(self, layout))
+        }
+    }
 }
 
 impl core::fmt::Debug for FrameAllocator<'_> {
@@ -646,7 +688,7 @@ impl core::fmt::Debug for FrameAllocator<'_> {
 impl crate::scratch_vec::sealed::Recorded for FrameAllocator<'_> {
     #[inline]
     fn recorded(&self) -> Option<Error> {
-        self.state.ctx.failure()
+        self.state.ctx.noted()
     }
 }
 

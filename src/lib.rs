@@ -141,7 +141,7 @@ with_std! {
     pub mod testing;
     pub mod trace;
 
-    pub use any::{AnyCheckpoint, AnyTemp};
+    pub use any::{AnyCheckpoint, AnyTemp, DynRewind};
     pub use block_cache::{BlockCache, CacheStats};
     pub use bump::{BumpAllocator, BumpCheckpoint};
     pub use caching::{CachingAllocator, CachingConfig, Checkpoint};

@@ -353,6 +353,32 @@ pub struct RecordedCheckpoint<C> {
     inner: C,
 }
 
+impl<A: Rewind> RecordingAllocator<A> {
+    /// As [`Rewind::frame`], without the trait import (as
+    /// [`CachingAllocator::frame`](crate::CachingAllocator::frame)): runs
+    /// `f` in a [`Frame`](crate::Frame), recording it, then resets.
+    ///
+    /// ```
+    /// use tempalloc::{CachingAllocator, Error, RecordingAllocator};
+    ///
+    /// let mut temp = RecordingAllocator::new(CachingAllocator::new());
+    /// let n = temp.frame(|inf| inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch::<u8>(10)?.len())))?;
+    /// assert_eq!(n, 10);
+    /// assert!(!temp.trace()?.is_empty());
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Rewind::frame`].
+    pub fn frame<R, E: From<Error>>(
+        &mut self,
+        f: impl for<'f> FnOnce(&mut crate::Frame<'f, Self>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        crate::frame::run_frame(self, f)
+    }
+}
+
 impl<C> RecordedCheckpoint<C> {
     /// The id of the `c` event that recorded it.
     ///

@@ -9,8 +9,13 @@ use crate::{Error, FrameAllocator, KernelContext};
 
 /// A `Vec` whose buffer is scratch from a kernel's context
 /// (`allocator_api2::vec::Vec<T, &KernelContext>`), aligned to
-/// `align_of::<T>()`. Growing it leaves the old buffer in scratch until the
-/// reset: reserve the final length up front when you know it.
+/// `align_of::<T>()`. While its buffer is the newest block of the thread's
+/// window, it grows in place (with `CachingAllocator` and
+/// `FixedAllocator`, see
+/// [`resize_in_place`](crate::TempAllocator::resize_in_place)), so pushed
+/// to N bytes it holds about N; once other scratch follows it, growing
+/// copies and leaves the old buffer in scratch until the reset: reserve the
+/// final length up front when you know it.
 ///
 /// Like every `Vec`, `push`, `extend` and `reserve` **abort the process**
 /// when memory cannot be had. Where the budget may run out, use
@@ -61,7 +66,7 @@ pub(crate) mod sealed {
     /// An allocator that records why it refused a request: a kernel's
     /// context or a frame's allocator handle.
     pub trait Recorded: allocator_api2::alloc::Allocator {
-        /// The failure recorded so far, if any.
+        /// Why the last request was refused, if it was kept.
         fn recorded(&self) -> Option<crate::Error>;
     }
 }
@@ -69,7 +74,7 @@ pub(crate) mod sealed {
 impl sealed::Recorded for &KernelContext<'_> {
     #[inline]
     fn recorded(&self) -> Option<Error> {
-        self.failure()
+        self.noted()
     }
 }
 

@@ -17,6 +17,14 @@ use crate::{Error, Stats};
 /// The trait is object-safe, so kernels take `&dyn TempAllocator` and are not
 /// generic over the allocator.
 ///
+/// **Frames need more than the trait.** `Box<dyn TempAllocator>` has no
+/// `frame` method (error E0599: frames are [`Rewind`](crate::Rewind)'s,
+/// which is not object-safe, as its checkpoints are each allocator's own
+/// type). A runtime that picks its allocator at run time holds an
+/// [`AnyTemp`](crate::AnyTemp) instead: one of the crate's allocators, or
+/// its own through [`AnyTemp::custom`](crate::AnyTemp::custom), with
+/// frames, `trim` and `release`.
+///
 /// `Sync` is a supertrait: the worker threads of one kernel share its
 /// [`KernelContext`](crate::KernelContext), so every allocator must serve
 /// requests from several threads at once. `CachingAllocator` does so without
@@ -88,6 +96,41 @@ pub unsafe trait TempAllocator: Sync {
     /// assert_eq!(BumpAllocator::new().stats().allocations, 0);
     /// ```
     fn stats(&self) -> Stats;
+
+    /// Makes the allocation at `ptr` (handed out for `old`) `new_size`
+    /// bytes long where it is, and says whether it did; its first
+    /// `old.size()` bytes stay as they were. It can when the allocation is
+    /// the newest of the calling thread's window and the room after it is
+    /// there: then a growing collection (a [`ScratchVec`](crate::ScratchVec)
+    /// or [`FrameVec`](crate::FrameVec)) holds about its size, not twice
+    /// it. `CachingAllocator` (within its region's reservation) and
+    /// `FixedAllocator` grow in place; the default, kept by the others,
+    /// says `false`, and the caller then allocates and copies. Never
+    /// shrinks (`new_size < old.size()` is `false`).
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// use tempalloc::{CachingAllocator, TempAllocator};
+    ///
+    /// let temp = CachingAllocator::new();
+    /// let old = Layout::from_size_align(64, 8).unwrap();
+    /// let p = temp.allocate(old)?.cast::<u8>();
+    /// // SAFETY: `p` is the live allocation `temp` handed out for `old`.
+    /// assert!(unsafe { temp.resize_in_place(p, old, 4096) });
+    /// assert_eq!(temp.stats().bytes_live, 4096);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// `ptr` was handed out by this allocator's [`allocate`](Self::allocate)
+    /// for `old` since its last reset (and a rewind since has not recycled
+    /// it), and the caller uses those bytes exclusively.
+    #[inline]
+    unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
+        let _ = (ptr, old, new_size);
+        false
+    }
 }
 
 /// The trait's methods for a pointer to an allocator: each forwards to it.
@@ -107,13 +150,20 @@ macro_rules! forward_to_inner {
         fn stats(&self) -> Stats {
             (**self).stats()
         }
+
+        #[inline]
+        unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
+            // SAFETY: the caller's contract, which is the inner allocator's.
+            unsafe { (**self).resize_in_place(ptr, old, new_size) }
+        }
     };
 }
 
 /// A boxed allocator, so a runtime can pick one at run time. A boxed
 /// allocator has no frames ([`Rewind`](crate::Rewind) is not object-safe);
-/// [`AnyTemp`](crate::AnyTemp) picks one of the crate's allocators at run
-/// time and keeps them.
+/// [`AnyTemp`](crate::AnyTemp) picks one of the crate's allocators (or a
+/// runtime's own, [`AnyTemp::custom`](crate::AnyTemp::custom)) at run time
+/// and keeps them.
 ///
 /// ```
 /// use tempalloc::{BumpAllocator, KernelContext, MallocAllocator, TempAllocator};

@@ -102,6 +102,31 @@ impl DebugState {
 
     /// Checks every canary. Returns the violations not counted before, and
     /// the first corrupted canary's error.
+    /// The index of the canary after the allocation `[ptr, ptr + size)`, if
+    /// it is recorded and intact.
+    pub(super) fn intact(&self, ptr: NonNull<u8>, size: usize) -> Option<usize> {
+        let i = self.canaries.iter().rposition(|c| c.ptr == ptr)?;
+        let canary = &self.canaries[i];
+        (canary.size == size && canary.damage().is_none()).then_some(i)
+    }
+
+    /// Moves canary `i` (from [`intact`](Self::intact)) to the end of its
+    /// allocation, now `size` bytes long.
+    pub(super) fn resized(&mut self, i: usize, size: usize) {
+        let canary = &mut self.canaries[i];
+        // SAFETY: the allocation was just extended in place with room for
+        // its canary after it, carved from a block this allocator holds;
+        // the caller gave the allocation up to the resize.
+        unsafe {
+            canary
+                .ptr
+                .add(size)
+                .cast::<[u8; CANARY_LEN]>()
+                .write_unaligned(CANARY)
+        };
+        canary.size = size;
+    }
+
     pub(super) fn check(&mut self) -> (u64, Option<Error>) {
         let mut new = 0;
         let mut first = None;

@@ -193,6 +193,14 @@ fn growth(now: usize, need: usize) -> usize {
     now.saturating_add((now / 8).max(page_size())).max(need)
 }
 
+impl Need {
+    /// Whether the region grows in place (commits more of its reservation)
+    /// to serve it, rather than moving to another chunk.
+    pub(super) fn in_place(&self) -> bool {
+        self.end.is_some()
+    }
+}
+
 impl Region {
     /// What `layout` needs of this region now.
     ///

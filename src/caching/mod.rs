@@ -31,7 +31,7 @@ pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
 use grow::Books;
-use region::{FREE, Mark, Region};
+use region::{Extend, FREE, Mark, Region};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
@@ -407,6 +407,62 @@ impl CachingAllocator {
         unsafe { region.as_ref() }
     }
 
+    /// [`resize_in_place`](TempAllocator::resize_in_place) when the current
+    /// chunk is `more` bytes short past the cursor: commits them in place
+    /// if its reservation holds them, then extends.
+    #[cold]
+    #[inline(never)]
+    fn extend_slow(
+        &self,
+        region: &Region,
+        ptr: NonNull<u8>,
+        old: usize,
+        new_size: usize,
+        more: usize,
+        shared: Option<&mut Shared>,
+    ) -> bool {
+        let Ok(layout) = Layout::from_size_align(more, 1) else {
+            return false;
+        };
+        // SAFETY: the caller leases `region`.
+        if !unsafe { region.need(layout, &self.config) }.in_place() {
+            return false;
+        }
+        // SAFETY: the caller leases `region`, and `shared` is the lock's
+        // guard if it holds it.
+        let grown = unsafe { self.grow(region, layout, shared) };
+        // SAFETY: the caller leases `region`.
+        grown.is_ok() && matches!(unsafe { region.extend(ptr.as_ptr(), old, new_size) }, Extend::Done)
+    }
+
+    /// [`resize_in_place`](TempAllocator::resize_in_place) with the debug
+    /// checks on: the canary moves with the end, under the lock, and only
+    /// an intact one (a damaged canary stays for the reset to report).
+    #[cold]
+    #[inline(never)]
+    fn resize_checked(&self, ptr: NonNull<u8>, old: usize, new_size: usize) -> bool {
+        let (_, region) = lease::leased();
+        // SAFETY: as in `resize_in_place`, which checked the window.
+        let region = unsafe { &*region };
+        let mut shared = self.lock();
+        let Some(canary) = shared.debug.intact(ptr, old) else {
+            return false;
+        };
+        // No overflow: a carving with its canary fits in `isize::MAX`, and
+        // so does `new_size` (a `Layout` size) plus the canary.
+        let (old_padded, new_padded) = (old + CANARY_LEN, new_size.saturating_add(CANARY_LEN));
+        // SAFETY: the lease, as above.
+        let extended = match unsafe { region.extend(ptr.as_ptr(), old_padded, new_padded) } {
+            Extend::Done => true,
+            Extend::NotNewest => false,
+            Extend::NoRoom(more) => self.extend_slow(region, ptr, old_padded, new_padded, more, Some(&mut shared)),
+        };
+        if extended {
+            shared.debug.resized(canary, new_size);
+        }
+        extended
+    }
+
     /// Every region and the books, under `&mut self`.
     fn exclusive(&mut self) -> (impl Iterator<Item = &Region> + Clone, &Books) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -706,6 +762,30 @@ unsafe impl TempAllocator for CachingAllocator {
             }
         }
         self.allocate_slow(layout)
+    }
+
+    /// In the calling thread's region: moves the cursor from the
+    /// allocation's end to its new end when it is the newest carving,
+    /// committing more of the reservation if it must; never moves the
+    /// region to a new chunk, which would leave the allocation behind.
+    #[inline]
+    unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
+        let (window, region) = lease::leased();
+        if window != self.window.current || new_size < old.size() || old.size() == 0 {
+            return false;
+        }
+        if self.config.debug_checks {
+            return self.resize_checked(ptr, old.size(), new_size);
+        }
+        // SAFETY: the calling thread leases the region it remembers under
+        // this window's token (see `lease::leased`), alive while `&self` is.
+        let region = unsafe { &*region };
+        // SAFETY: the lease, as above.
+        match unsafe { region.extend(ptr.as_ptr(), old.size(), new_size) } {
+            Extend::Done => true,
+            Extend::NotNewest => false,
+            Extend::NoRoom(more) => self.extend_slow(region, ptr, old.size(), new_size, more, None),
+        }
     }
 
     #[inline]

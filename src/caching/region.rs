@@ -71,6 +71,16 @@ pub(super) struct Cold {
     pub peak: usize,
 }
 
+/// What [`Region::extend`] did.
+pub(super) enum Extend {
+    Done,
+    /// The carving is not the newest of the region.
+    NotNewest,
+    /// The carving is the newest; the chunk lacks this many bytes past the
+    /// cursor.
+    NoRoom(usize),
+}
+
 /// Where a region was when a checkpoint was taken.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Mark {
@@ -172,6 +182,33 @@ impl Region {
     /// room above the cursor.
     pub(super) fn room(&self) -> usize {
         self.hot.limit.load(Relaxed).saturating_sub(self.hot.cursor.load(Relaxed))
+    }
+
+    /// Moves the end of the newest carving `[ptr, ptr + old)` to `ptr +
+    /// new` (`new >= old > 0`) if it is the newest and the current chunk
+    /// holds it.
+    ///
+    /// # Safety
+    ///
+    /// As for [`bump`](Self::bump).
+    #[inline]
+    pub(super) unsafe fn extend(&self, ptr: *const u8, old: usize, new: usize) -> Extend {
+        let hot = &self.hot;
+        let cursor = hot.cursor.load(Relaxed);
+        // Addresses, not offsets: `ptr` may be of another chunk, even one
+        // that ends where the current one starts (hence `old <= cursor`).
+        if old > cursor || ptr.addr().wrapping_add(old) != hot.base.load(Relaxed).addr().wrapping_add(cursor) {
+            return Extend::NotNewest;
+        }
+        // No overflow: `old <= cursor`, and `new - old` is at most
+        // `isize::MAX`.
+        let end = cursor - old + new;
+        if end > hot.limit.load(Relaxed) {
+            return Extend::NoRoom(end - cursor);
+        }
+        hot.cursor.store(end, Relaxed);
+        hot.live.store(hot.live.load(Relaxed) + (new - old), Relaxed);
+        Extend::Done
     }
 
     /// Leases the region to `me` if it is FREE (one compare-and-swap); `true`

@@ -40,6 +40,8 @@ with_std! {
     mod exact_size_cache;
     mod fallback;
     mod faults;
+    mod grow_in_place;
+    mod handled;
     mod footprint;
     mod hashbrown_map;
     mod leaks;

@@ -209,7 +209,7 @@ fn traces_written_before_threads_and_checkpoints_still_read() {
 /// checkpoints and rewinds.
 #[test]
 fn frames_over_a_recorder_record_their_checkpoints_and_replay() {
-    use tempalloc::{Error, MallocAllocator, RecordingAllocator, Rewind, TempAllocator};
+    use tempalloc::{Error, MallocAllocator, RecordingAllocator, TempAllocator};
     let mut temp = RecordingAllocator::new(MallocAllocator::new());
     let sum = temp.frame(|inf| {
         let act = inf.scratch_fill(10, 2u32)?;
@@ -284,4 +284,23 @@ fn resets_with_no_memory_for_the_log_never_abort_nor_go_missing() {
     assert_eq!(temp.take_trace(), Err(lost));
     temp.reset();
     assert_eq!(temp.trace().unwrap().events(), &[Event::Reset]);
+}
+
+/// Issue 31, item 10: `RecordingAllocator::frame` needs no
+/// `use tempalloc::Rewind`, as `CachingAllocator::frame` does not.
+mod without_the_rewind_import {
+    use tempalloc::{CachingAllocator, Error, RecordingAllocator};
+
+    #[test]
+    fn a_recording_allocator_runs_frames() {
+        let mut temp = RecordingAllocator::new(CachingAllocator::new());
+        let n = temp.frame(|inf| {
+            let act = inf.scratch_fill(8, 1u8)?;
+            inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch_copy(act)?.len()))
+        });
+        assert_eq!(n, Ok(8));
+        // The frame's requests were recorded: the scratch and the kernel's copy.
+        let trace = temp.trace().unwrap();
+        assert!(!trace.is_empty());
+    }
 }

@@ -99,6 +99,10 @@ unsafe impl TempAllocator for OwnedFixed {
     fn stats(&self) -> Stats {
         self.temp.stats()
     }
+    unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
+        // SAFETY: the caller's contract, which is the inner allocator's.
+        unsafe { self.temp.resize_in_place(ptr, old, new_size) }
+    }
 }
 
 /// Runs `f` once per allocator under test, each time with a fresh allocator

@@ -25,11 +25,13 @@ fn a_vec_grows_through_many_reallocations_intact() {
             v.iter().enumerate().all(|(i, &x)| x == i as u64 * 3 + 1),
             "{name}"
         );
-        assert_eq!(
-            temp.stats().allocations,
-            growths,
-            "{name}: one scratch request per growth"
-        );
+        let allocations = temp.stats().allocations;
+        if name.starts_with("Caching") || name == crate::util::FIXED {
+            // The vector is the newest block: it grows in place (issue 31).
+            assert!(allocations < growths, "{name}: {allocations} requests");
+        } else {
+            assert_eq!(allocations, growths, "{name}: one request per growth");
+        }
     });
 }
 
@@ -123,7 +125,16 @@ fn a_scratch_vec_over_budget_records_the_real_error() {
             );
             // The context saw the real error; the first vector is intact.
             assert!(v.iter().copied().eq(0..100), "{name}");
-            Ok(v.len())
+            Ok::<_, Error>(v.len())
+        });
+        // The kernel handled the refusal: its `Ok` stands (issue 31, item 1).
+        assert_eq!(r, Ok(100), "{name}");
+        // A kernel that gives up returns an `Err` with the refusal's numbers.
+        let r = with_context(temp, |ctx| {
+            let mut big: ScratchVec<'_, u64> = ScratchVec::new_in(ctx);
+            big.try_reserve(10_000)
+                .map_err(|_| Error::OutOfMemory { size: 0, align: 0 })?;
+            Ok(big.len())
         });
         match r {
             Err(Error::BudgetExceeded {

@@ -152,8 +152,8 @@ struct Row {
 /// Linux), so in its process the weights and the KV cache would sit on
 /// 2 MiB pages and every kernel would read them faster, whichever temp
 /// allocator runs; every other child has them on base pages. Off in the
-/// `malloc/mimalloc` row, so that the row differs from the others only in
-/// where the scratch comes from (unless the environment already says);
+/// `malloc/mimalloc` and `caching/mimalloc` rows, so that they differ from
+/// the others only in the global allocator (unless the environment already says);
 /// `demo-mimalloc` run on its own keeps mimalloc's default for every row.
 const MIMALLOC_BASE_PAGES: (&str, &str) = ("MIMALLOC_ALLOW_THP", "0");
 
@@ -195,19 +195,28 @@ fn run_parent(
                 "each allocator in a process of its own, {rounds} rounds in rotated order, medians; malloc is the platform's"
             );
             if let Some(exe) = mimalloc_binary(&exe) {
-                rows.insert(
-                    1,
-                    Row {
-                        label: "malloc/mimalloc",
-                        exe,
-                        env: std::env::var_os(MIMALLOC_BASE_PAGES.0)
-                            .is_none()
-                            .then_some(MIMALLOC_BASE_PAGES)
-                            .into_iter()
-                            .collect(),
-                        allocator: "malloc",
-                    },
-                );
+                let env: Vec<(&str, &str)> = std::env::var_os(MIMALLOC_BASE_PAGES.0)
+                    .is_none()
+                    .then_some(MIMALLOC_BASE_PAGES)
+                    .into_iter()
+                    .collect();
+                // Both in the mimalloc process: caching's scratch against
+                // malloc's, over the same global allocator.
+                for (at, label, allocator) in [
+                    (1, "malloc/mimalloc", "malloc"),
+                    (2, "caching/mimalloc", "caching"),
+                ] {
+                    let (exe, env) = (exe.clone(), env.clone());
+                    rows.insert(
+                        at,
+                        Row {
+                            label,
+                            exe,
+                            env,
+                            allocator,
+                        },
+                    );
+                }
             }
         }
         SystemAllocator::Mimalloc => println!(
@@ -248,6 +257,9 @@ fn run_parent(
     if let Some(reference) = allocators::reference(&names) {
         report::print_summary(&runs, reference);
     }
+    for line in report::like_for_like(&runs) {
+        println!("{line}");
+    }
     if args.prewarm {
         report::print_first_inference(&runs, config);
     }
@@ -263,7 +275,7 @@ fn run_parent(
 
 /// The `demo-mimalloc` binary next to `exe`, for the `malloc/mimalloc` row:
 /// a global allocator is one per binary, so that row's child is another
-/// binary, built from the same sources (examples/demo/mimalloc.rs). Under
+/// binary, built from the same sources (crates/demo/src/mimalloc.rs). Under
 /// `cargo run` (which sets `CARGO`) it is built first, with the demo's
 /// profile; otherwise it is used if it is there. `None` (and a note) when
 /// it cannot be had: the demo runs without that row.
@@ -276,14 +288,14 @@ fn mimalloc_binary(exe: &Path) -> Option<PathBuf> {
         };
         if stale(exe, &sibling).unwrap_or(true) {
             println!(
-                "building demo-mimalloc for the malloc/mimalloc row (cargo build --example demo-mimalloc)"
+                "building demo-mimalloc for the malloc/mimalloc row (cargo build -p demo --bin demo-mimalloc)"
             );
         }
         let mut build = std::process::Command::new(cargo);
         build.args([
             "build",
             "--quiet",
-            "--example",
+            "--bin",
             "demo-mimalloc",
             "--manifest-path",
             manifest,
@@ -303,7 +315,7 @@ fn mimalloc_binary(exe: &Path) -> Option<PathBuf> {
         Some(sibling)
     } else {
         println!(
-            "(no malloc/mimalloc row: build it with `cargo build --release --example demo-mimalloc`)"
+            "(no malloc/mimalloc row: build it with `cargo build --release -p demo --bin demo-mimalloc`)"
         );
         None
     }

@@ -1,4 +1,4 @@
-//! `cargo run --release --example demo`: a transformer at Llama-3.2-1B's
+//! `cargo run --release -p demo`: a transformer at Llama-3.2-1B's
 //! geometry (2 layers by default) prefills a long prompt and generates the
 //! same tokens with every temp allocator, each in a process of its own and
 //! several times in a rotated order, and the demo prints what each
@@ -9,20 +9,20 @@
 //! The modules are listed again in `mimalloc.rs`, the root of the
 //! `demo-mimalloc` binary: the same demo with another global allocator.
 
-#[path = "../common/allocators.rs"]
+#[path = "../../../examples/common/allocators.rs"]
 mod allocators;
 mod app;
 mod child;
 mod cli;
-#[path = "../common/counting.rs"]
+#[path = "../../../examples/common/counting.rs"]
 mod counting;
-#[path = "../common/exact_size_cache.rs"]
+#[path = "../../../examples/common/exact_size_cache.rs"]
 mod exact_size_cache;
 mod kernels;
 mod model;
 // The library's generator and median, private to it: included as source.
 #[allow(dead_code)]
-#[path = "../../src/trace/numbers.rs"]
+#[path = "../../../src/trace/numbers.rs"]
 mod numbers;
 mod plot;
 mod prewarm;

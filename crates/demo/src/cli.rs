@@ -12,7 +12,7 @@ pub const DEFAULT_TOKENS: usize = 32;
 pub const DEFAULT_ROUNDS: usize = 3;
 
 pub const USAGE: &str = "\
-usage: cargo run --release --example demo -- [OPTIONS]
+usage: cargo run --release -p demo -- [OPTIONS]
 
   --context N      prompt tokens, prefilled in chunks (default 384)
   --tokens N       tokens to generate, the prefill's included (default 32)

@@ -2,23 +2,23 @@
 //! `MallocAllocator` (and every other allocation) goes to mimalloc. The
 //! `demo` binary runs it as a child for its `malloc/mimalloc` row (a
 //! process has one global allocator, so that row needs a binary of its
-//! own); run on its own (`cargo run --release --example demo-mimalloc`) it
+//! own); run on its own (`cargo run --release -p demo --bin demo-mimalloc`) it
 //! is the whole demo over mimalloc.
 
-#[path = "../common/allocators.rs"]
+#[path = "../../../examples/common/allocators.rs"]
 mod allocators;
 mod app;
 mod child;
 mod cli;
-#[path = "../common/counting.rs"]
+#[path = "../../../examples/common/counting.rs"]
 mod counting;
-#[path = "../common/exact_size_cache.rs"]
+#[path = "../../../examples/common/exact_size_cache.rs"]
 mod exact_size_cache;
 mod kernels;
 mod model;
 // The library's generator and median, private to it: included as source.
 #[allow(dead_code)]
-#[path = "../../src/trace/numbers.rs"]
+#[path = "../../../src/trace/numbers.rs"]
 mod numbers;
 mod plot;
 mod prewarm;

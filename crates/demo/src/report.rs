@@ -159,6 +159,39 @@ pub fn print_summary(rows: &[Vec<Run>], reference: usize) {
     }
 }
 
+/// `malloc` against `caching` over each global allocator the table has
+/// both of (the platform's, mimalloc): like with like, as a process's other
+/// allocations (weights, KV cache, the kernels' own vectors) come from its
+/// global allocator. Empty unless there are two such pairs: with one, the
+/// summary above says it all.
+pub fn like_for_like(rows: &[Vec<Run>]) -> Vec<String> {
+    let find = |name: &str| {
+        rows.iter()
+            .find(|runs| runs[0].name == name)
+            .map(|runs| Figures::median_of(runs))
+    };
+    let lines: Vec<String> = [("malloc", "caching"), ("malloc/mimalloc", "caching/mimalloc")]
+        .iter()
+        .filter_map(|&(malloc, caching)| {
+            let (m, c) = (find(malloc)?, find(caching)?);
+            Some(format!(
+                "  {malloc:<17} {:.2}x {caching}'s time per token (CPU {}x), page faults per token {} vs {}",
+                m.ms_per_token / c.ms_per_token,
+                or_dash(m.cpu_ms_per_token.zip(c.cpu_ms_per_token).map(|(a, b)| a / b), 2),
+                or_dash(m.faults_per_token, 1),
+                or_dash(c.faults_per_token, 1),
+            ))
+        })
+        .collect();
+    if lines.len() < 2 {
+        return Vec::new();
+    }
+    let mut out =
+        vec!["like with like (malloc against caching over the same global allocator):".to_owned()];
+    out.extend(lines);
+    out
+}
+
 /// The first inference (the prefill) of one run (`--prewarm`): time, page
 /// faults and where they were, and the allocator's own system allocations.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -352,6 +385,34 @@ mod tests {
             peak_rss: Some(peak_rss << 20),
             ..Run::default()
         }
+    }
+
+    #[test]
+    fn like_for_like_pairs_each_global_allocators_rows() {
+        let named = |name, ms| Run {
+            name,
+            ..run(ms, 6, 10)
+        };
+        let rows = vec![
+            vec![named("malloc", 8.0)],
+            vec![named("malloc/mimalloc", 6.0)],
+            vec![named("caching/mimalloc", 4.0)],
+            vec![named("caching", 5.0)],
+        ];
+        let lines = like_for_like(&rows);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[1].contains("malloc            1.60x caching's"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[2].contains("malloc/mimalloc   1.50x caching/mimalloc's"),
+            "{lines:?}"
+        );
+        // One pair only: nothing beyond the summary.
+        assert!(like_for_like(&rows[..1]).is_empty());
+        let platform_only = vec![vec![named("malloc", 8.0)], vec![named("caching", 5.0)]];
+        assert!(like_for_like(&platform_only).is_empty());
     }
 
     #[test]
