@@ -534,11 +534,14 @@ impl CachingAllocator {
         // Memory follows the work: a thread with nothing in its region yet
         // moves to room committed and idle this window before the region
         // grows. (One with scratch in it grows: the room it would take is a
-        // region the next kernel's threads need.)
+        // region the next kernel's threads need.) Not under a limit, whose
+        // rule counts on each thread growing its own region (README,
+        // `max_bytes`): there the budget rule reclaims idle room instead.
         // SAFETY: as above.
         let peak = unsafe { region.cold() }.1.peak;
+        let limited = self.books.limit.is_some() || self.books.cache.max_bytes().is_some();
         let (shared, region) = match shared {
-            _ if !region.is_empty() => (shared, region),
+            _ if limited || !region.is_empty() => (shared, region),
             Some(shared) => {
                 let region = self.move_to_idle(shared, region, layout, peak).unwrap_or(region);
                 (Some(shared), region)
