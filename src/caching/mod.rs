@@ -520,7 +520,7 @@ impl CachingAllocator {
         &'r self,
         region: &'r Region,
         layout: Layout,
-        shared: Option<&mut Shared>,
+        mut shared: Option<&mut Shared>,
     ) -> Result<(NonNull<[u8]>, &'r Region), Error> {
         // SAFETY: the caller's contract, for every call below.
         if let Some(ptr) = unsafe { region.bump(layout) } {
@@ -537,16 +537,17 @@ impl CachingAllocator {
         // region the next kernel's threads need.) Not under a limit, whose
         // rule counts on each thread growing its own region (README,
         // `max_bytes`): there the budget rule reclaims idle room instead.
-        // SAFETY: as above.
-        let peak = unsafe { region.cold() }.1.peak;
         let limited = self.books.limit.is_some() || self.books.cache.max_bytes().is_some();
-        let (shared, region) = match shared {
-            _ if limited || !region.is_empty() => (shared, region),
-            Some(shared) => {
-                let region = self.move_to_idle(shared, region, layout, peak).unwrap_or(region);
-                (Some(shared), region)
-            }
-            None => (None, self.move_to_idle(&mut self.lock(), region, layout, peak).unwrap_or(region)),
+        let region = if !limited && region.is_empty() {
+            // SAFETY: as above.
+            let peak = unsafe { region.cold() }.1.peak;
+            let idle = match shared.as_deref_mut() {
+                Some(shared) => self.move_to_idle(shared, region, layout, peak),
+                None => self.move_to_idle(&mut self.lock(), region, layout, peak),
+            };
+            idle.unwrap_or(region)
+        } else {
+            region
         };
         // SAFETY: as above (`move_to_idle` leased the region it returns).
         if let Some(ptr) = unsafe { region.bump(layout) } {
