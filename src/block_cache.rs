@@ -117,6 +117,35 @@ impl fmt::Display for CacheStats {
     }
 }
 
+/// Adds between `need` and `want` bytes to `held` (`want` shrinks to the
+/// room `limit` leaves, in whole pages; `need` does not) and returns them;
+/// when `need` does not fit, adds nothing and returns what was held, and
+/// the limit. The one compare-and-swap loop of the cache's limit and an
+/// allocator's own.
+pub(crate) fn charge(held: &AtomicUsize, limit: Option<usize>, need: usize, want: usize) -> Result<usize, (usize, usize)> {
+    let want = want.max(need);
+    let Some(limit) = limit else {
+        held.fetch_add(want, Relaxed);
+        return Ok(want);
+    };
+    let mut now = held.load(Relaxed);
+    loop {
+        let room = room(now, limit);
+        if need > room {
+            return Err((now, limit));
+        }
+        match held.compare_exchange_weak(now, now + want.min(room), Relaxed, Relaxed) {
+            Ok(_) => return Ok(want.min(room)),
+            Err(actual) => now = actual,
+        }
+    }
+}
+
+/// The whole pages `limit` leaves above `held`.
+fn room(held: usize, limit: usize) -> usize {
+    limit.saturating_sub(held) & !(page_size() - 1)
+}
+
 /// How new memory is taken from the system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ChunkOptions {
@@ -269,38 +298,20 @@ impl BlockCache {
     /// [`Error::BudgetExceeded`] (with `request`'s size) when `need` does
     /// not fit; nothing is charged then.
     pub(crate) fn charge(&self, need: usize, want: usize, request: Layout) -> Result<usize, Error> {
-        let want = want.max(need);
-        let Some(limit) = self.max_bytes else {
-            self.held.fetch_add(want, Relaxed);
-            return Ok(want);
-        };
-        let page = page_size();
         let mut evicted = false;
         loop {
-            let held = self.held.load(Relaxed);
-            let room = limit.saturating_sub(held) / page * page;
-            if need > room {
-                let idle = self.idle_bytes();
-                if evicted || need > room + idle {
-                    return Err(Error::BudgetExceeded {
-                        requested: request.size(),
-                        held,
-                        limit,
-                    });
-                }
-                // Idle memory goes before a request is refused.
-                self.evict_idle(idle - (need - room).min(idle));
-                evicted = true;
-                continue;
+            let (held, limit) = match charge(&self.held, self.max_bytes, need, want) {
+                Ok(charged) => return Ok(charged),
+                Err(over) => over,
+            };
+            let room = room(held, limit);
+            let idle = self.idle_bytes();
+            if evicted || need > room + idle {
+                return Err(Error::BudgetExceeded { requested: request.size(), held, limit });
             }
-            let charged = want.min(room);
-            if self
-                .held
-                .compare_exchange_weak(held, held + charged, Relaxed, Relaxed)
-                .is_ok()
-            {
-                return Ok(charged);
-            }
+            // Idle memory goes before a request is refused.
+            self.evict_idle(idle - (need - room).min(idle));
+            evicted = true;
         }
     }
 

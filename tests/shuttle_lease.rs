@@ -37,7 +37,7 @@ use shuttle::thread;
 
 /// `region::FREE`: the owner of a region nobody leases.
 const FREE: u64 = 0;
-/// `grow::RECLAIMING`: the lease a thread takes on a FREE region to give
+/// `region::RECLAIMING`: the lease a thread takes on a FREE region to give
 /// its memory back.
 const RECLAIMING: u64 = u64::MAX;
 
@@ -111,7 +111,7 @@ impl Region {
                     .is_ok())
     }
 
-    /// `Region::unlease`. The checker: a region becomes FREE only with
+    /// `Leased::unlease`. The checker: a region becomes FREE only with
     /// nothing live in it (the budget rule decommits FREE regions, and a
     /// FREE region's next leaseholder bumps from its cursor).
     fn unlease(&self) {
@@ -179,7 +179,7 @@ impl Region {
         }
     }
 
-    /// `Region::bump`: carves `units` if they fit what the region holds.
+    /// `Leased::bump`: carves `units` if they fit what the region holds.
     /// The caller leases the region.
     fn bump(&self, me: u64, window: u64, units: usize) -> bool {
         self.enter_bump(me, window);
@@ -192,7 +192,7 @@ impl Region {
         fits
     }
 
-    /// `Region::shed` (`grow.rs`): gives back all the region's memory. The
+    /// `Leased::shed` (`region.rs`): gives back all the region's memory. The
     /// caller holds the reclaiming lease.
     fn shed(&self, books: &AtomicUsize) {
         {
@@ -416,7 +416,7 @@ impl Allocator {
         }
     }
 
-    /// `Region::grow` (in place) and `BlockCache`'s charge: `units` more
+    /// `Leased::grow` (in place) and `BlockCache`'s charge: `units` more
     /// past the cursor, if the limit allows.
     fn grow_in_place(&self, region: &Region, units: usize) -> Result<(), OverBudget> {
         let need = (region.cursor.load(Relaxed) + units).saturating_sub(region.held());
@@ -488,7 +488,7 @@ impl Allocator {
         true
     }
 
-    /// `lease::next_window` and `CachingAllocator::new_window`.
+    /// `lease::Windows::next`, at every reset and rewind.
     fn new_window(&self, me: &mut Thread, kept: bool) {
         let window = if self.mutation == Mutation::KeepWindow {
             self.window.load(Relaxed)
@@ -501,7 +501,7 @@ impl Allocator {
         }
     }
 
-    /// `TempAllocator::reset` and `Region::reset`: every cursor to 0, every
+    /// `TempAllocator::reset` and `Leased::reset`: every cursor to 0, every
     /// region FREE but the resetting thread's own, which it keeps. Called
     /// only while no other model thread runs (`&mut self`).
     fn reset(&self, me: &mut Thread) {
@@ -523,7 +523,7 @@ impl Allocator {
         marks.filter(|&(_, cursor)| cursor != 0).collect()
     }
 
-    /// `CachingAllocator::rewind` and `Region::rewind`: marked regions go
+    /// `CachingAllocator::rewind` and `Leased::rewind`: marked regions go
     /// back to their mark and keep their lease; the others go back to the
     /// start and are FREE (the rewinding thread's own is leased to it).
     /// Only while no other model thread runs (`&mut self`).

@@ -6,7 +6,7 @@ use core::alloc::Layout;
 use core::ptr::{self, NonNull};
 use std::sync::PoisonError;
 
-use super::region::{FREE, Mark};
+use super::region::{FREE, Leased, Mark};
 use super::{CachingAllocator, Shared, regions};
 use crate::frame::run_frame;
 use crate::{Error, Frame, Rewind};
@@ -189,8 +189,9 @@ impl CachingAllocator {
                 .iter()
                 .find(|m| ptr::eq(m.region, region));
             let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
-            // SAFETY: `&mut self`: no thread uses the region.
-            live += unsafe { region.rewind(mark, next, &mut shared.totals) };
+            // SAFETY: `&mut self`: no thread holds a guard of the region or
+            // can make one, and this is its one guard.
+            live += unsafe { Leased::new(region) }.rewind(mark, next, &mut shared.totals);
         }
         shared.window_high = shared.window_high.max(live);
         shared.marks.truncate(from);

@@ -1,10 +1,12 @@
-//! Which region a thread bumps in: leases (docs/design.md, "Leases").
+//! Which region a thread bumps in: leases (docs/design.md, "The slow path:
+//! take a lease" and "Region states and events").
 //!
 //! A region is FREE or leased to one thread's serial until the next `reset`
 //! or `rewind` (both `&mut`), each of which starts a new window token. A
 //! thread remembers the token it last leased under and the region, so the
 //! fast path is one compare. There is no thread-exit code: an exited
-//! thread's region stays leased until the next reset or rewind.
+//! thread's region stays leased until the next reset or rewind. Taking a
+//! lease makes no guard: the caller makes its [`Leased`](super::region::Leased).
 
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
@@ -126,22 +128,29 @@ pub(super) fn remember(window: u64, allocator: u64, region: NonNull<Region>) {
     });
 }
 
+/// Leases to `me` the region `pick` chooses (`None`: none to choose), under
+/// the allocator's lock; if another thread leases it first, lock-free (its
+/// own last region), `pick` chooses again.
+#[inline]
+pub(super) fn first<'r>(me: u64, pick: impl Fn() -> Option<&'r Region>) -> Option<&'r Region> {
+    loop {
+        let best = pick()?;
+        if best.lease(me) {
+            return Some(best);
+        }
+    }
+}
+
 /// Leases to `me` a region in `regions` (the allocator's list, under its
 /// lock): one `me` leases already (a thread that went to another allocator
 /// and came back), else the FREE one that holds the most (so fresh threads
 /// take over what exited ones left), else a new one, recorded. `None` when
 /// there is no memory for a new one.
 pub(super) fn lease_any(regions: &mut Vec<NonNull<Region>>, me: u64) -> Option<NonNull<Region>> {
-    loop {
-        let best = super::regions(regions)
-            .filter(|r| r.is_leased_to(FREE) || r.is_leased_to(me))
-            .max_by_key(|r| (r.is_leased_to(me), r.held()));
-        let Some(best) = best else { break };
-        // Another thread may lease it first, lock-free (its own last
-        // region): then look again.
-        if best.lease(me) {
-            return Some(NonNull::from(best));
-        }
+    let mine = |r: &&Region| r.is_leased_to(FREE) || r.is_leased_to(me);
+    let best = || super::regions(regions).filter(mine).max_by_key(|r| (r.is_leased_to(me), r.held()));
+    if let Some(best) = first(me, best) {
+        return Some(NonNull::from(best));
     }
     // Room first, so that a region is never made without its record.
     regions.try_reserve(1).ok()?;

@@ -2,9 +2,12 @@
 //! window, that grows in place; one budget shared with other sessions.
 //!
 //! One concern a file: `lease.rs` (which region a thread uses), `region.rs`
-//! (the bump, reset, rewind), `grow.rs` (growth and the budget rule),
-//! `checkpoint.rs`, `debug.rs` (canaries and poison), `config.rs`.
+//! (the bump, reset, rewind, and the guard that changes a region),
+//! `grow.rs` (growth and the budget rule), `books.rs` (what the allocator
+//! took through its cache), `checkpoint.rs`, `debug.rs` (canaries and
+//! poison), `config.rs`.
 
+mod books;
 mod checkpoint;
 mod config;
 mod debug;
@@ -30,8 +33,8 @@ use crate::{Error, Stats, TempAllocator};
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
-use grow::Books;
-use region::{Extend, FREE, Mark, Region};
+use books::Books;
+use region::{Extend, FREE, Leased, Mark, Region};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
@@ -86,13 +89,6 @@ pub struct CachingAllocator {
     id: u64,
 }
 
-// SAFETY: the regions (the list in `shared`) are owned like `Box`es and are
-// `Send + Sync`; `&self` methods reach them only through leases, the lock,
-// or atomics.
-unsafe impl Send for CachingAllocator {}
-// SAFETY: as above.
-unsafe impl Sync for CachingAllocator {}
-
 /// What the slow path changes under the lock.
 pub(super) struct Shared {
     /// Every region made so far, freed when the allocator drops.
@@ -112,8 +108,10 @@ pub(super) struct Shared {
     totals: Totals,
 }
 
-// SAFETY: the region pointers are to regions the allocator owns, which are
-// `Send + Sync`; chunks and marks are `Send`.
+// SAFETY: the region pointers are to regions the allocator owns as `Box`es
+// would, and regions are `Send + Sync`; chunks and marks are `Send`. (This
+// is what makes the allocator `Send + Sync`: `&self` methods reach a region
+// only through the lock, atomics, or a `Leased` guard.)
 unsafe impl Send for Shared {}
 
 /// Counters folded in at resets and rewinds.
@@ -284,10 +282,8 @@ impl CachingAllocator {
     pub fn release(&mut self) {
         self.reset();
         let (all, books) = self.exclusive();
-        for region in all {
-            // SAFETY: `&mut self`, after a reset: nothing in use.
-            unsafe { region.shed(books, None) };
-        }
+        // After a reset: nothing in use.
+        all.for_each(|mut region| region.shed(books, None));
     }
 
     /// Gives back the pages no scratch uses now, keeping every region's
@@ -311,10 +307,7 @@ impl CachingAllocator {
     /// ```
     pub fn trim(&mut self) {
         let (all, books) = self.exclusive();
-        for region in all {
-            // SAFETY: `&mut self`: no thread uses the region.
-            unsafe { region.trim(books) };
-        }
+        all.for_each(|mut region| region.trim(books));
     }
 
     /// Commits at load time what a recorded run's regions held
@@ -356,10 +349,12 @@ impl CachingAllocator {
                 shared.regions.try_reserve(1).map_err(|_| oom)?;
                 shared.regions.push(Region::try_new(FREE).ok_or(oom)?);
             }
-            let region = deref(&shared.regions[i]);
+            // SAFETY: `&mut self`: no thread holds a guard of the region or
+            // can make one, and this is its one guard.
+            let mut region = unsafe { Leased::new(deref(&shared.regions[i])) };
             if bytes > region.held() {
-                // SAFETY: `&mut self`: no thread uses the region.
-                unsafe { region.grow(&self.books, &self.config, &region.need(layout, &self.config)) }?;
+                let need = region.need(layout, &self.config);
+                region.grow(&self.books, &self.config, &need)?;
             }
         }
         Ok(())
@@ -414,7 +409,7 @@ impl CachingAllocator {
     #[inline(never)]
     fn extend_slow(
         &self,
-        region: &Region,
+        region: &mut Leased,
         ptr: NonNull<u8>,
         old: usize,
         new_size: usize,
@@ -424,15 +419,11 @@ impl CachingAllocator {
         let Ok(layout) = Layout::from_size_align(more, 1) else {
             return false;
         };
-        // SAFETY: the caller leases `region`.
-        if !unsafe { region.need(layout, &self.config) }.in_place() {
+        if !region.need(layout, &self.config).in_place() {
             return false;
         }
-        // SAFETY: the caller leases `region`, and `shared` is the lock's
-        // guard if it holds it.
-        let grown = unsafe { self.grow(region, layout, shared) };
-        // SAFETY: the caller leases `region`.
-        grown.is_ok() && matches!(unsafe { region.extend(ptr.as_ptr(), old, new_size) }, Extend::Done)
+        let grown = self.grow(region, layout, shared);
+        grown.is_ok() && matches!(region.extend(ptr.as_ptr(), old, new_size), Extend::Done)
     }
 
     /// [`resize_in_place`](TempAllocator::resize_in_place) with the debug
@@ -442,8 +433,11 @@ impl CachingAllocator {
     #[inline(never)]
     fn resize_checked(&self, ptr: NonNull<u8>, old: usize, new_size: usize) -> bool {
         let (_, region) = lease::leased();
-        // SAFETY: as in `resize_in_place`, which checked the window.
-        let region = unsafe { &*region };
+        // SAFETY: `resize_in_place` checked that the calling thread's token is
+        // this window's, so it leases the region it remembers (see
+        // `lease::leased`), alive while `&self` is; this call holds no other
+        // guard of it.
+        let mut region = unsafe { Leased::new(&*region) };
         let mut shared = self.lock();
         let Some(canary) = shared.debug.intact(ptr, old) else {
             return false;
@@ -451,11 +445,10 @@ impl CachingAllocator {
         // No overflow: a carving with its canary fits in `isize::MAX`, and
         // so does `new_size` (a `Layout` size) plus the canary.
         let (old_padded, new_padded) = (old + CANARY_LEN, new_size.saturating_add(CANARY_LEN));
-        // SAFETY: the lease, as above.
-        let extended = match unsafe { region.extend(ptr.as_ptr(), old_padded, new_padded) } {
+        let extended = match region.extend(ptr.as_ptr(), old_padded, new_padded) {
             Extend::Done => true,
             Extend::NotNewest => false,
-            Extend::NoRoom(more) => self.extend_slow(region, ptr, old_padded, new_padded, more, Some(&mut shared)),
+            Extend::NoRoom(more) => self.extend_slow(&mut region, ptr, old_padded, new_padded, more, Some(&mut shared)),
         };
         if extended {
             shared.debug.resized(canary, new_size);
@@ -463,10 +456,13 @@ impl CachingAllocator {
         extended
     }
 
-    /// Every region and the books, under `&mut self`.
-    fn exclusive(&mut self) -> (impl Iterator<Item = &Region> + Clone, &Books) {
+    /// Every region with its guard, and the books, under `&mut self`.
+    fn exclusive(&mut self) -> (impl Iterator<Item = Leased<'_>>, &Books) {
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        (regions(&shared.regions), &self.books)
+        // SAFETY: `&mut self`: no thread holds a guard or can make one while
+        // the iterator lives, and the list holds each region once, so each
+        // gets one guard (the iterator is not `Clone`).
+        (regions(&shared.regions).map(|r| unsafe { Leased::new(r) }), &self.books)
     }
 
     /// Everything the fast path cannot serve: a request that does not fit,
@@ -482,14 +478,13 @@ impl CachingAllocator {
             return self.allocate_dedicated(&mut self.lock(), layout, 0);
         }
         let region = self.lease(layout)?;
-        // SAFETY: the calling thread leases `region`.
-        unsafe { self.bump_or_grow(region, layout, None) }.map(|(ptr, _)| ptr)
+        self.bump_or_grow(region, layout, None).map(|(ptr, _)| ptr)
     }
 
     /// The calling thread's region for this window: the one it last leased
     /// if that is free or still its own (lock-free), else, under the lock,
     /// the FREE region that holds the most, or a new one.
-    fn lease(&self, layout: Layout) -> Result<&Region, Error> {
+    fn lease(&self, layout: Layout) -> Result<Leased<'_>, Error> {
         let (last, me) = lease::mine(self.id);
         let region = match last {
             Some(last) if self.region(last).lease(me) => last,
@@ -505,25 +500,23 @@ impl CachingAllocator {
             }
         };
         lease::remember(self.window.current, self.id, region);
-        Ok(self.region(region))
+        // SAFETY: the calling thread leases `region` (`Region::lease` or
+        // `lease_any` said so), a region of this allocator, and holds no
+        // other guard of it: a guard lives only in the call that made it.
+        Ok(unsafe { Leased::new(self.region(region)) })
     }
 
     /// Carves `layout` from `region`, or from a FREE region with the room
     /// if nothing is in `region` yet, else grows `region` first. Returns
-    /// the region that served it too.
-    ///
-    /// # Safety
-    ///
-    /// The calling thread leases `region`; `shared` is the lock's guard if
-    /// it holds it.
-    unsafe fn bump_or_grow<'r>(
+    /// the region that served it too. `shared` is the lock's guard if the
+    /// caller holds it.
+    fn bump_or_grow<'r>(
         &'r self,
-        region: &'r Region,
+        mut region: Leased<'r>,
         layout: Layout,
         mut shared: Option<&mut Shared>,
-    ) -> Result<(NonNull<[u8]>, &'r Region), Error> {
-        // SAFETY: the caller's contract, for every call below.
-        if let Some(ptr) = unsafe { region.bump(layout) } {
+    ) -> Result<(NonNull<[u8]>, Leased<'r>), Error> {
+        if let Some(ptr) = region.bump(layout) {
             return Ok((ptr, region));
         }
         if layout.size() == 0 {
@@ -538,25 +531,17 @@ impl CachingAllocator {
         // rule counts on each thread growing its own region (README,
         // `max_bytes`): there the budget rule reclaims idle room instead.
         let limited = self.books.limit.is_some() || self.books.cache.max_bytes().is_some();
-        let region = if !limited && region.is_empty() {
-            // SAFETY: as above.
-            let peak = unsafe { region.cold() }.1.peak;
-            let idle = match shared.as_deref_mut() {
-                Some(shared) => self.move_to_idle(shared, region, layout, peak),
-                None => self.move_to_idle(&mut self.lock(), region, layout, peak),
+        if !limited && region.is_empty() {
+            region = match shared.as_deref_mut() {
+                Some(shared) => self.move_to_idle(shared, region, layout),
+                None => self.move_to_idle(&mut self.lock(), region, layout),
             };
-            idle.unwrap_or(region)
-        } else {
-            region
-        };
-        // SAFETY: as above (`move_to_idle` leased the region it returns).
-        if let Some(ptr) = unsafe { region.bump(layout) } {
-            return Ok((ptr, region));
+            if let Some(ptr) = region.bump(layout) {
+                return Ok((ptr, region));
+            }
         }
-        // SAFETY: as above.
-        unsafe { self.grow(region, layout, shared)? };
-        // SAFETY: as above.
-        let ptr = unsafe { region.bump(layout) }.ok_or_else(|| Error::out_of_memory(layout))?;
+        self.grow(&mut region, layout, shared)?;
+        let ptr = region.bump(layout).ok_or_else(|| Error::out_of_memory(layout))?;
         Ok((ptr, region))
     }
 
@@ -566,23 +551,23 @@ impl CachingAllocator {
     /// needs; leased to the calling thread in place of `region`, which has
     /// nothing in it and becomes FREE. A thread whose share of the work
     /// grew takes memory another thread left idle before anything is
-    /// committed. `None` when no FREE region has the room.
+    /// committed. `region` itself when no FREE region has the room.
     #[cold]
-    fn move_to_idle(&self, shared: &mut Shared, region: &Region, layout: Layout, peak: usize) -> Option<&Region> {
+    fn move_to_idle<'r>(&'r self, shared: &mut Shared, mut region: Leased<'r>, layout: Layout) -> Leased<'r> {
         debug_assert!(region.is_empty());
+        let peak = region.cold().1.peak;
         let (_, me) = lease::mine(self.id);
-        loop {
-            let idle = regions(&shared.regions)
-                .filter(|r| !ptr::eq(*r, region) && r.is_leased_to(FREE) && r.fits(layout) && r.room() >= peak)
-                .min_by_key(|r| r.room())?;
-            // Another thread may lease it first, lock-free (its own last
-            // region): then look again.
-            if idle.lease(me) {
-                region.unlease();
-                lease::remember(self.window.current, self.id, NonNull::from(idle));
-                return Some(self.region(NonNull::from(idle)));
-            }
-        }
+        let serves = |r: &&Region| r.is_leased_to(FREE) && r.fits(layout) && r.room() >= peak;
+        let Some(idle) = lease::first(me, || regions(&shared.regions).filter(serves).min_by_key(|r| r.room())) else {
+            return region;
+        };
+        let idle = NonNull::from(idle);
+        region.unlease(FREE);
+        lease::remember(self.window.current, self.id, idle);
+        // SAFETY: the calling thread just leased `idle`, a FREE region of this
+        // allocator, and holds no other guard of it (its one guard, of
+        // `region`, is gone).
+        unsafe { Leased::new(self.region(idle)) }
     }
 
     /// The frame's thread takes the region that holds the most, when
@@ -607,7 +592,9 @@ impl CachingAllocator {
         // region through the token it leased it under.
         let window = self.window.next();
         for region in regions(&shared.regions) {
-            region.unlease();
+            // SAFETY: `&mut self`: no thread holds a guard of the region or
+            // can make one, and this is its one guard.
+            unsafe { Leased::new(region) }.unlease(FREE);
         }
         let leased = largest.lease(me);
         debug_assert!(leased, "every region was just made FREE, under `&mut self`");
@@ -667,9 +654,8 @@ impl CachingAllocator {
         let ptr = match region {
             None => self.allocate_dedicated(&mut shared, layout, CANARY_LEN)?.cast(),
             Some(region) => {
-                // SAFETY: the calling thread leases `region` and holds the lock.
-                let carved = unsafe { self.bump_or_grow(region, padded, Some(&mut shared)) };
-                let (ptr, region) = carved.map_err(|e| e.for_request(layout))?;
+                let carved = self.bump_or_grow(region, padded, Some(&mut shared));
+                let (ptr, mut region) = carved.map_err(|e| e.for_request(layout))?;
                 // The region counted the canary as requested; the caller did not.
                 region.count_request(-(CANARY_LEN as isize));
                 ptr.cast()
@@ -696,10 +682,12 @@ impl CachingAllocator {
         let (mine, me) = lease::renew(self.id, window);
         for region in regions(&shared.regions) {
             let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
-            // SAFETY: `&mut self`: no thread uses the region.
-            live += unsafe { region.reset(next, false, &mut shared.totals) };
-            // SAFETY: as above.
-            unsafe { region.settle(&self.books) };
+            // SAFETY: `&mut self`: no thread holds a guard of the region or
+            // can make one, and this is its one guard.
+            let mut region = unsafe { Leased::new(region) };
+            live += region.reset(false, &mut shared.totals);
+            region.settle(&self.books);
+            region.unlease(next);
         }
         shared.free_dedicated(0, &self.books);
         shared.open.clear();
@@ -733,24 +721,28 @@ impl CachingAllocator {
     #[cold]
     #[inline(never)]
     fn retain(&mut self, cap: usize) {
-        let (all, books) = self.exclusive();
-        for _ in all.clone() {
+        let (shared, books) = (self.shared.get_mut().unwrap_or_else(PoisonError::into_inner), &self.books);
+        for _ in 0..shared.regions.len() {
             let excess = books.held.load(Relaxed).saturating_sub(cap);
-            let largest = all.clone().filter(|r| r.held() != 0).max_by_key(|r| r.held());
+            let largest = regions(&shared.regions).filter(|r| r.held() != 0).max_by_key(|r| r.held());
             let Some(region) = largest.filter(|_| excess > 0) else {
                 break;
             };
-            // SAFETY: `&mut self`, after a reset: nothing in use.
-            unsafe { region.shed(books, Some(region.held().saturating_sub(excess))) };
+            // SAFETY: `&mut self`: no thread holds a guard of the region or
+            // can make one, and this is its one guard.
+            let mut region = unsafe { Leased::new(region) };
+            // After a reset: nothing in use.
+            region.shed(books, Some(region.held().saturating_sub(excess)));
         }
     }
 }
 
-// SAFETY: a region is bumped only by the thread that leases it, from chunks
-// the region holds until `reset`, `rewind`, `release`, `trim` (which frees
-// only pages above every cursor) or drop — all `&mut self` — so every
-// pointer is disjoint from the others, aligned (`Region::bump` pads to the
-// alignment) and valid until then. Dedicated chunks are held the same way.
+// SAFETY: a region is bumped only through its one guard (`Leased`), which
+// only the thread that leases it makes, from chunks the region holds until
+// `reset`, `rewind`, `release`, `trim` (which frees only pages above every
+// cursor) or drop — all `&mut self` — so every pointer is disjoint from the
+// others, aligned (`Leased::bump` pads to the alignment) and valid until
+// then. Dedicated chunks are held the same way.
 unsafe impl TempAllocator for CachingAllocator {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
@@ -759,9 +751,10 @@ unsafe impl TempAllocator for CachingAllocator {
         let (window, region) = lease::leased();
         if window == self.window.current && layout.size() < self.fast_below {
             // SAFETY: the calling thread leases the region it remembers under
-            // this window's token (see `lease::leased`); the region is this
-            // allocator's, alive while `&self` is.
-            if let Some(ptr) = unsafe { (*region).bump(layout) } {
+            // this window's token (see `lease::leased`), a region of this
+            // allocator, alive while `&self` is; this call holds no other
+            // guard of it.
+            if let Some(ptr) = unsafe { Leased::new(&*region) }.bump(layout) {
                 return Ok(ptr);
             }
         }
@@ -782,13 +775,14 @@ unsafe impl TempAllocator for CachingAllocator {
             return self.resize_checked(ptr, old.size(), new_size);
         }
         // SAFETY: the calling thread leases the region it remembers under
-        // this window's token (see `lease::leased`), alive while `&self` is.
-        let region = unsafe { &*region };
-        // SAFETY: the lease, as above.
-        match unsafe { region.extend(ptr.as_ptr(), old.size(), new_size) } {
+        // this window's token (see `lease::leased`), a region of this
+        // allocator, alive while `&self` is; this call holds no other guard
+        // of it.
+        let mut region = unsafe { Leased::new(&*region) };
+        match region.extend(ptr.as_ptr(), old.size(), new_size) {
             Extend::Done => true,
             Extend::NotNewest => false,
-            Extend::NoRoom(more) => self.extend_slow(region, ptr, old.size(), new_size, more, None),
+            Extend::NoRoom(more) => self.extend_slow(&mut region, ptr, old.size(), new_size, more, None),
         }
     }
 
@@ -800,20 +794,22 @@ unsafe impl TempAllocator for CachingAllocator {
             return self.reset_all();
         };
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let region = deref(&only);
+        // SAFETY: `&mut self`: no thread holds a guard of the region or can
+        // make one, and this is its one guard.
+        let mut region = unsafe { Leased::new(deref(&only)) };
         debug_assert!(shared.regions[..] == [only] && shared.dedicated.is_empty());
         // No checkpoint since the last reset, so no rewind either: the
         // window's high water is what is live now.
         debug_assert!(shared.open.is_empty() && shared.marks.is_empty() && shared.window_high == 0);
-        // SAFETY: `&mut self`: no thread uses the region.
-        debug_assert!(unsafe { region.settled() });
+        debug_assert!(region.settled());
         // The new window first, as in `reset_all`.
         let window = self.window.next();
         let (mine, me) = lease::renew(self.id, window);
         let next = if mine == Some(only) { me } else { FREE };
-        // SAFETY: `&mut self`: no thread uses the region; it has at most
-        // one chunk, and no growth since the last reset moved it.
-        let live = unsafe { region.reset(next, true, &mut shared.totals) };
+        // At most one chunk, and no growth since the last reset moved it:
+        // the window stayed in the first chunk.
+        let live = region.reset(true, &mut shared.totals);
+        region.unlease(next);
         shared.end_window(live);
     }
 
@@ -877,11 +873,13 @@ impl Drop for CachingAllocator {
         self.release();
         let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
         for region in shared.regions.drain(..) {
-            // SAFETY: every region came from `Region::try_new` and is freed
-            // only here; `&mut self` means no reference to it is left (the
-            // threads remember only pointers, never used again: their window
-            // tokens can match no live allocator).
-            unsafe { Region::free(region) };
+            // SAFETY: every region came from `Region::try_new`, which
+            // allocated and initialised it as `Box` does, and is freed only
+            // here, once (drained from the list); `&mut self` means no
+            // reference to it is left (the threads remember only pointers,
+            // never used again: their window tokens can match no live
+            // allocator).
+            drop(unsafe { Box::from_raw(region.as_ptr()) });
         }
     }
 }

@@ -1,19 +1,22 @@
 //! [`Region`]: one bump range and the chunks behind it — the fast path's
 //! arithmetic, and how a region rewinds, resets and gives memory back.
 //!
-//! The hot fields are atomics that only the leaseholder writes (or a caller
-//! with `&mut` to the allocator); relaxed loads and stores compile to plain
-//! moves, and let `stats` and `checkpoint` read them from any thread. The
-//! chunks belong to the region for life, or go back to the cache.
+//! Whatever changes a region goes through a [`Leased`] guard, which only
+//! the region's leaseholder (or a caller with `&mut` to the allocator)
+//! makes. The hot fields are atomics that only the guard's holder writes;
+//! relaxed loads and stores compile to plain moves, and let `stats` and
+//! `checkpoint` read them from any thread. A chunk is the region's until
+//! it goes back to the cache, which may lend it to another region.
 
 use core::alloc::Layout;
 use core::cell::UnsafeCell;
+use core::ops::Deref;
 use core::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
 
 use super::Totals;
-use super::grow::Books;
+use super::books::Books;
 use crate::block::size_class;
 use crate::chunk::Chunk;
 use crate::os::page_size;
@@ -21,26 +24,40 @@ use crate::os::page_size;
 /// The `owner` of a region nobody leases.
 pub(super) const FREE: u64 = 0;
 
+/// The `owner` of a FREE region a thread leased for the moment, to give
+/// its memory back (the budget rule).
+pub(super) const RECLAIMING: u64 = u64::MAX;
+
 /// Aligned to 128 bytes (two cache lines, as crossbeam's `CachePadded` on
 /// x86_64), so threads bumping in neighbouring regions never share a line.
 #[repr(align(128))]
 pub(super) struct Region {
     hot: Hot,
-    /// [`FREE`], or the serial of the thread leasing the region until the
-    /// next reset or rewind.
+    /// [`FREE`], the serial of the thread leasing the region until the
+    /// next reset or rewind, or [`RECLAIMING`].
     owner: AtomicU64,
-    /// Reached only through [`Region::cold`].
+    /// Reached only through [`Leased::cold`].
     cold: UnsafeCell<Cold>,
 }
 
-// SAFETY: `hot` and `owner` are atomics; `cold` is reached by one thread at a
-// time (the contract of `Region::cold`); chunks are `Send`, and the region
-// owns them as a `Box` would.
+// SAFETY: `hot` and `owner` are atomics, and `cold` is reached only through
+// `Leased::cold`, which needs `&mut` to the region's one guard (one at a
+// time: the contract of `Leased::new`), so no two threads reach it at once.
 unsafe impl Sync for Region {}
-// SAFETY: as above.
-unsafe impl Send for Region {}
 
-/// What the fast path reads and writes.
+/// The right to change a region — its chunks, its cursor, its lease — for
+/// as long as the guard lives: held by the thread that leases the region,
+/// for one call into the allocator; by a reclaimer, while it holds the
+/// [`RECLAIMING`] lease; or under `&mut` to the allocator. It is neither
+/// `Copy` nor `Clone`, and each of its methods takes `&mut self` (or
+/// `self`), so one guard lends out one `&mut Cold` at a time; the contract
+/// of [`new`](Self::new) keeps to one guard a region. Reading a region
+/// needs no guard: it derefs to [`Region`].
+pub(super) struct Leased<'a>(&'a Region);
+
+/// What the fast path reads and writes. `Default` only for
+/// [`Region::try_new`], which sets `base` to dangling.
+#[derive(Default)]
 pub(super) struct Hot {
     /// Start of the current chunk; dangling when there is none.
     base: AtomicPtr<u8>,
@@ -71,7 +88,7 @@ pub(super) struct Cold {
     pub peak: usize,
 }
 
-/// What [`Region::extend`] did.
+/// What [`Leased::extend`] did.
 pub(super) enum Extend {
     Done,
     /// The carving is not the newest of the region.
@@ -96,74 +113,22 @@ unsafe impl Send for Mark {}
 
 impl Region {
     /// A region leased to `owner`, with no memory yet; `None` when there is
-    /// no memory for it (never an abort). Freed by [`free`](Self::free).
+    /// no memory for it (never an abort). Allocated as `Box` does, so a
+    /// `Box` frees it (the allocator's `Drop`).
     pub(super) fn try_new(owner: u64) -> Option<NonNull<Region>> {
-        let zero = || AtomicUsize::new(0);
-        let hot = Hot {
-            base: AtomicPtr::new(ptr::dangling_mut()),
-            cursor: zero(),
-            limit: zero(),
-            live: zero(),
-            count: zero(),
-            chunk: zero(),
-            before: zero(),
-            held: zero(),
-        };
+        let hot = Hot { base: AtomicPtr::new(ptr::dangling_mut()), ..Hot::default() };
         let owner = AtomicU64::new(owner);
         let cold = UnsafeCell::new(Cold::default());
         // SAFETY: `Region` is not zero-sized.
         let p = NonNull::new(unsafe { std::alloc::alloc(Layout::new::<Region>()) })?.cast();
-        // SAFETY: fresh memory with `Region`'s layout.
+        // SAFETY: `p` is fresh memory with `Region`'s layout, not null.
         unsafe { p.write(Region { hot, owner, cold }) };
         Some(p)
     }
 
-    /// Drops and frees a region.
-    ///
-    /// # Safety
-    ///
-    /// `region` came from [`try_new`](Self::try_new), is freed once, and
-    /// nothing refers to it afterwards.
-    pub(super) unsafe fn free(region: NonNull<Region>) {
-        // SAFETY: the caller's contract; `try_new` allocated as `Box` does.
-        drop(unsafe { Box::from_raw(region.as_ptr()) });
-    }
-
-    /// Carves `layout` from the current chunk, or `None` if it does not fit.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds the lease: no other thread bumps the region
-    /// meanwhile.
-    #[inline(always)]
-    pub(super) unsafe fn bump(&self, layout: Layout) -> Option<NonNull<[u8]>> {
-        let hot = &self.hot;
-        let base = hot.base.load(Relaxed);
-        let cursor = hot.cursor.load(Relaxed);
-        let pad = base.addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
-        // No overflow: `cursor <= limit <= isize::MAX`, `pad < align`, and
-        // `Layout` keeps `size + align - 1 <= isize::MAX`.
-        let start = cursor + pad;
-        let end = start + layout.size();
-        if end > hot.limit.load(Relaxed) {
-            return None;
-        }
-        hot.cursor.store(end, Relaxed);
-        // No overflow: live bytes sit in chunks.
-        hot.live.store(hot.live.load(Relaxed) + layout.size(), Relaxed);
-        hot.count.store(hot.count.load(Relaxed).wrapping_add(1), Relaxed);
-        // `wrapping_add`: a region without a chunk has a dangling `base`,
-        // where a zero-sized request may land; otherwise it equals `add`.
-        let ptr = base.wrapping_add(start);
-        debug_assert!(ptr.addr() % layout.align() == 0);
-        // SAFETY: `base` is a chunk start or dangling, neither null, and the
-        // offset stays in the chunk (or below `align` past the dangling one).
-        Some(NonNull::slice_from_raw_parts(unsafe { NonNull::new_unchecked(ptr) }, layout.size()))
-    }
-
     /// Whether `layout` fits in the current chunk as it stands: what
-    /// [`bump`](Self::bump) would carve, without carving. Any thread may
-    /// ask; the answer holds while the region stays FREE.
+    /// [`Leased::bump`] would carve, without carving. Any thread may ask;
+    /// the answer holds while the region stays FREE.
     pub(super) fn fits(&self, layout: Layout) -> bool {
         let hot = &self.hot;
         let cursor = hot.cursor.load(Relaxed);
@@ -184,35 +149,9 @@ impl Region {
         self.hot.limit.load(Relaxed).saturating_sub(self.hot.cursor.load(Relaxed))
     }
 
-    /// Moves the end of the newest carving `[ptr, ptr + old)` to `ptr +
-    /// new` (`new >= old > 0`) if it is the newest and the current chunk
-    /// holds it.
-    ///
-    /// # Safety
-    ///
-    /// As for [`bump`](Self::bump).
-    #[inline]
-    pub(super) unsafe fn extend(&self, ptr: *const u8, old: usize, new: usize) -> Extend {
-        let hot = &self.hot;
-        let cursor = hot.cursor.load(Relaxed);
-        // Addresses, not offsets: `ptr` may be of another chunk, even one
-        // that ends where the current one starts (hence `old <= cursor`).
-        if old > cursor || ptr.addr().wrapping_add(old) != hot.base.load(Relaxed).addr().wrapping_add(cursor) {
-            return Extend::NotNewest;
-        }
-        // No overflow: `old <= cursor`, and `new - old` is at most
-        // `isize::MAX`.
-        let end = cursor - old + new;
-        if end > hot.limit.load(Relaxed) {
-            return Extend::NoRoom(end - cursor);
-        }
-        hot.cursor.store(end, Relaxed);
-        hot.live.store(hot.live.load(Relaxed) + (new - old), Relaxed);
-        Extend::Done
-    }
-
     /// Leases the region to `me` if it is FREE (one compare-and-swap); `true`
-    /// also if `me` leases it already.
+    /// also if `me` leases it already. A guard for it is then the caller's
+    /// to make ([`Leased::new`]).
     #[inline]
     pub(super) fn lease(&self, me: u64) -> bool {
         let owner = self.owner.load(Relaxed);
@@ -223,12 +162,6 @@ impl Region {
                 && (self.owner)
                     .compare_exchange(FREE, me, Acquire, Relaxed)
                     .is_ok()
-    }
-
-    /// Frees the lease: under `&mut` to the allocator, or by a reclaimer.
-    #[inline]
-    pub(super) fn unlease(&self) {
-        self.owner.store(FREE, Release);
     }
 
     /// Whether `me` leases the region. Only `me` (or `&mut` to the
@@ -254,7 +187,7 @@ impl Region {
 
     /// Where the region is, for a checkpoint; `None` if it has nothing to
     /// come back to. Under requests from another thread the fields may be
-    /// read a little apart; [`rewind`](Self::rewind) clamps.
+    /// read a little apart; [`rewind`](Leased::rewind) clamps.
     pub(super) fn mark(&self) -> Option<Mark> {
         let hot = &self.hot;
         let mark = Mark {
@@ -266,72 +199,126 @@ impl Region {
         };
         (mark.chunk != 0 || mark.cursor != 0 || mark.live != 0).then_some(mark)
     }
+}
+
+impl<'a> Leased<'a> {
+    /// The guard of `region`.
+    ///
+    /// # Safety
+    ///
+    /// Until the guard drops, no one else changes the region, and no other
+    /// guard of it is alive. Either the calling thread holds the region's
+    /// lease — its `owner` is the thread's serial, or [`RECLAIMING`] stored
+    /// by the caller's own compare-and-swap — and has no other guard of it
+    /// (a thread's guard lives only in the call into the allocator that
+    /// made it, and the allocator does not call itself); or the caller has
+    /// `&mut` to the allocator, and makes one guard a region at a time.
+    #[inline(always)]
+    pub(super) unsafe fn new(region: &'a Region) -> Self {
+        Leased(region)
+    }
+
+    /// The hot fields and the chunks, to change them.
+    pub(super) fn cold(&mut self) -> (&Hot, &mut Cold) {
+        // SAFETY: `cold` is reached only here, through `&mut` to the one
+        // guard of the region (`Leased::new`'s contract), so this is the
+        // only reference to it until the borrow of `self` ends.
+        (&self.0.hot, unsafe { &mut *self.0.cold.get() })
+    }
+
+    /// Carves `layout` from the current chunk, or `None` if it does not fit.
+    #[inline(always)]
+    pub(super) fn bump(&mut self, layout: Layout) -> Option<NonNull<[u8]>> {
+        let hot = &self.0.hot;
+        let base = hot.base.load(Relaxed);
+        let cursor = hot.cursor.load(Relaxed);
+        let pad = base.addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
+        // No overflow: `cursor <= limit <= isize::MAX`, `pad < align`, and
+        // `Layout` keeps `size + align - 1 <= isize::MAX`.
+        let start = cursor + pad;
+        let end = start + layout.size();
+        if end > hot.limit.load(Relaxed) {
+            return None;
+        }
+        hot.cursor.store(end, Relaxed);
+        // No overflow: live bytes sit in chunks.
+        hot.live.store(hot.live.load(Relaxed) + layout.size(), Relaxed);
+        hot.count.store(hot.count.load(Relaxed).wrapping_add(1), Relaxed);
+        // `wrapping_add`: a region without a chunk has a dangling `base`,
+        // where a zero-sized request may land; otherwise it equals `add`.
+        let ptr = base.wrapping_add(start);
+        debug_assert!(ptr.addr() % layout.align() == 0);
+        // SAFETY: `base` is a chunk start or dangling, neither null, and the
+        // offset stays in the chunk (or below `align` past the dangling one).
+        Some(NonNull::slice_from_raw_parts(unsafe { NonNull::new_unchecked(ptr) }, layout.size()))
+    }
+
+    /// Moves the end of the newest carving `[ptr, ptr + old)` to `ptr +
+    /// new` (`new >= old > 0`) if it is the newest and the current chunk
+    /// holds it.
+    #[inline]
+    pub(super) fn extend(&mut self, ptr: *const u8, old: usize, new: usize) -> Extend {
+        let hot = &self.0.hot;
+        let cursor = hot.cursor.load(Relaxed);
+        // Addresses, not offsets: `ptr` may be of another chunk, even one
+        // that ends where the current one starts (hence `old <= cursor`).
+        if old > cursor || ptr.addr().wrapping_add(old) != hot.base.load(Relaxed).addr().wrapping_add(cursor) {
+            return Extend::NotNewest;
+        }
+        // No overflow: `old <= cursor`, and `new - old` is at most
+        // `isize::MAX`.
+        let end = cursor - old + new;
+        if end > hot.limit.load(Relaxed) {
+            return Extend::NoRoom(end - cursor);
+        }
+        hot.cursor.store(end, Relaxed);
+        hot.live.store(hot.live.load(Relaxed) + (new - old), Relaxed);
+        Extend::Done
+    }
 
     /// Counts a zero-sized request served without carving, or (`-bytes`,
-    /// a canary) takes carved bytes off the live count. Under `bump`'s
-    /// contract.
-    pub(super) fn count_request(&self, live_delta: isize) {
-        let hot = &self.hot;
+    /// a canary) takes carved bytes off the live count.
+    pub(super) fn count_request(&mut self, live_delta: isize) {
+        let hot = &self.0.hot;
         hot.count.store(hot.count.load(Relaxed).wrapping_add(usize::from(live_delta == 0)), Relaxed);
         hot.live.store(hot.live.load(Relaxed).wrapping_add_signed(live_delta), Relaxed);
     }
 
-    /// The hot fields and the chunks, to change them.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds the region's lease (or the reclaiming lease), or
-    /// `&mut` to the allocator; and holds no other result of `cold` for this
-    /// region.
-    #[allow(clippy::mut_from_ref)]
-    pub(super) unsafe fn cold(&self) -> (&Hot, &mut Cold) {
-        // SAFETY: the caller's contract: no other thread can reach the cold
-        // state now, and no other reference to it lives on this thread.
-        (&self.hot, unsafe { &mut *self.cold.get() })
+    /// Ends the guard and hands the lease to `next`: [`FREE`] (a thread
+    /// leaving a region it has nothing in, a reclaimer done with one, a
+    /// reset), or the resetting thread for its own region. Whatever frees or
+    /// hands on a lease consumes the guard.
+    #[inline]
+    pub(super) fn unlease(self, next: u64) {
+        self.0.owner.store(next, Release);
     }
 
     /// Whether a reset needs nothing of [`settle`](Self::settle): the
     /// region has one chunk (or none), the usual case.
-    ///
-    /// # Safety
-    ///
-    /// `&mut` to the allocator.
     #[inline]
-    pub(super) unsafe fn settled(&self) -> bool {
-        // SAFETY: the caller's contract.
-        unsafe { self.cold() }.1.chunks.len() <= 1
+    pub(super) fn settled(&mut self) -> bool {
+        self.cold().1.chunks.len() <= 1
     }
 
     /// Ends the window: the counters folded, back to the start of the
-    /// current chunk, leased to `next` ([`FREE`], or the resetting thread
-    /// for its own region); the caller settles it unless it is
-    /// [`settled`](Self::settled). `first_chunk`: the caller knows the
-    /// window stayed in the first chunk. Returns the bytes that were live.
-    ///
-    /// # Safety
-    ///
-    /// `&mut` to the allocator.
+    /// current chunk; the caller settles it unless it is
+    /// [`settled`](Self::settled), and [`unlease`](Self::unlease)s it.
+    /// `first_chunk`: the caller knows the window stayed in the first chunk.
+    /// Returns the bytes that were live.
     #[inline]
-    pub(super) unsafe fn reset(&self, next: u64, first_chunk: bool, totals: &mut Totals) -> usize {
-        // SAFETY: the caller's contract.
-        let (hot, cold) = unsafe { self.cold() };
+    pub(super) fn reset(&mut self, first_chunk: bool, totals: &mut Totals) -> usize {
+        let (hot, cold) = self.cold();
         let before = if first_chunk { 0 } else { hot.before() };
         let folded = hot.fold(cold, 0, before, totals);
         hot.cursor.store(0, Relaxed);
-        self.owner.store(next, Release);
         folded
     }
 
     /// Goes back to `mark`, or with none (the region was empty at the
-    /// checkpoint) to its start, leased to `next` as at a reset. Chunks taken
-    /// since stay, for the region's next growth this window.
-    ///
-    /// # Safety
-    ///
-    /// `&mut` to the allocator.
-    pub(super) unsafe fn rewind(&self, mark: Option<&Mark>, next: u64, totals: &mut Totals) -> usize {
-        // SAFETY: the caller's contract.
-        let (hot, cold) = unsafe { self.cold() };
+    /// checkpoint) to its start, leased to `next` as at a reset. Chunks
+    /// taken since stay, for the region's next growth this window.
+    pub(super) fn rewind(mut self, mark: Option<&Mark>, next: u64, totals: &mut Totals) -> usize {
+        let (hot, cold) = self.cold();
         let m = mark.map_or((0, 0, 0, 0), |m| (m.chunk, m.cursor, m.before, m.live));
         // Clamped to what the region has: a mark read while the region grew.
         let chunk = m.0.min(cold.chunks.len().saturating_sub(1));
@@ -340,7 +327,7 @@ impl Region {
         let folded = hot.fold(cold, m.3.min(hot.live.load(Relaxed)), hot.before(), totals);
         hot.install(cold.chunks.get(chunk), chunk, cursor, before);
         if mark.is_none() {
-            self.owner.store(next, Release);
+            self.unlease(next);
         }
         folded
     }
@@ -352,17 +339,11 @@ impl Region {
     /// block doubled to get through one window is not kept for good — or
     /// none (its next request takes one sized to the peak), and gives the
     /// others back. One chunk serves each window from then on.
-    ///
-    /// # Safety
-    ///
-    /// `&mut` to the allocator.
-    pub(super) unsafe fn settle(&self, books: &Books) {
-        // SAFETY: the caller's contract.
-        if unsafe { self.settled() } {
+    pub(super) fn settle(&mut self, books: &Books) {
+        if self.settled() {
             return;
         }
-        // SAFETY: as above.
-        let (hot, cold) = unsafe { self.cold() };
+        let (hot, cold) = self.cold();
         let chunks = &mut cold.chunks;
         let most = size_class(cold.peak).map_or(usize::MAX, |class| class + class / 4);
         let keep = (0..chunks.len())
@@ -379,13 +360,8 @@ impl Region {
     /// Gives back what is not in use — the chunks after the current one, the
     /// pages above the cursor — and forgets the peak, so the region grows to
     /// what its thread uses from now on.
-    ///
-    /// # Safety
-    ///
-    /// `&mut` to the allocator.
-    pub(super) unsafe fn trim(&self, books: &Books) {
-        // SAFETY: the caller's contract.
-        let (hot, cold) = unsafe { self.cold() };
+    pub(super) fn trim(&mut self, books: &Books) {
+        let (hot, cold) = self.cold();
         let (current, cursor) = hot.position();
         cold.peak = hot.before() + cursor;
         books.give_back_all(&mut cold.chunks, current + 1);
@@ -400,15 +376,9 @@ impl Region {
     /// pages of its first reservation, rounded down, which keeps its address
     /// range; a heap block cannot shrink, so it goes), or all of it with
     /// `None`, and lowers its peak to match: for the budget rule, the retain
-    /// cap and `release`.
-    ///
-    /// # Safety
-    ///
-    /// `&mut` to the allocator, or the region's lease (a reclaiming one, or
-    /// the caller's own); nothing in use.
-    pub(super) unsafe fn shed(&self, books: &Books, keep: Option<usize>) {
-        // SAFETY: the caller's contract.
-        let (hot, cold) = unsafe { self.cold() };
+    /// cap and `release`. Nothing in the region may be in use.
+    pub(super) fn shed(&mut self, books: &Books, keep: Option<usize>) {
+        let (hot, cold) = self.cold();
         let keep_first = keep.is_some() && matches!(cold.chunks.first(), Some(Chunk::Mapped(_)));
         books.give_back_all(&mut cold.chunks, usize::from(keep_first));
         // Rounded down: a decommit keeps the page `keep` ends in.
@@ -419,6 +389,15 @@ impl Region {
         cold.peak = cold.peak.min(keep);
         hot.install(cold.chunks.first(), 0, 0, 0);
         hot.sync_held(cold);
+    }
+}
+
+impl Deref for Leased<'_> {
+    type Target = Region;
+
+    #[inline(always)]
+    fn deref(&self) -> &Region {
+        self.0
     }
 }
 
