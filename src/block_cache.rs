@@ -122,7 +122,12 @@ impl fmt::Display for CacheStats {
 /// when `need` does not fit, adds nothing and returns what was held, and
 /// the limit. The one compare-and-swap loop of the cache's limit and an
 /// allocator's own.
-pub(crate) fn charge(held: &AtomicUsize, limit: Option<usize>, need: usize, want: usize) -> Result<usize, (usize, usize)> {
+pub(crate) fn charge(
+    held: &AtomicUsize,
+    limit: Option<usize>,
+    need: usize,
+    want: usize,
+) -> Result<usize, (usize, usize)> {
     let want = want.max(need);
     let Some(limit) = limit else {
         held.fetch_add(want, Relaxed);
@@ -307,7 +312,11 @@ impl BlockCache {
             let room = room(held, limit);
             let idle = self.idle_bytes();
             if evicted || need > room + idle {
-                return Err(Error::BudgetExceeded { requested: request.size(), held, limit });
+                return Err(Error::BudgetExceeded {
+                    requested: request.size(),
+                    held,
+                    limit,
+                });
             }
             // Idle memory goes before a request is refused.
             self.evict_idle(idle - (need - room).min(idle));
@@ -401,7 +410,10 @@ impl BlockCache {
                 Ok(Some(bytes)) => {
                     self.hits.fetch_add(1, Relaxed);
                     let system_allocations = u64::from(bytes != 0);
-                    return Ok(Taken { chunk, system_allocations });
+                    return Ok(Taken {
+                        chunk,
+                        system_allocations,
+                    });
                 }
                 Ok(None) => {
                     self.give_back(chunk);
@@ -428,7 +440,10 @@ impl BlockCache {
             let committed = self.commit(&mut m, need, want, options.block.prefault, request);
             if let Ok(Some(_)) = committed {
                 let chunk = Chunk::Mapped(m);
-                return Ok(Taken { chunk, system_allocations: 1 });
+                return Ok(Taken {
+                    chunk,
+                    system_allocations: 1,
+                });
             }
             self.system_frees.fetch_add(1, Relaxed);
             committed?;

@@ -122,32 +122,45 @@ mod scratch_vec;
 #[cfg(feature = "alloc")]
 pub use scratch_vec::{FrameVec, ScratchVec, ScratchVecExt};
 
-/// Puts `#[cfg(feature = "std")]` on each item it is given.
-macro_rules! with_std {
-    ($($item:item)*) => { $( #[cfg(feature = "std")] $item )* };
-}
-
 // `std`: the allocators that take memory from the system, and their tools.
-with_std! {
-    mod any;
-    mod block;
-    mod block_cache;
-    mod bump;
-    mod caching;
-    mod chunk;
-    mod malloc;
-    mod os;
-    mod recording;
-    pub mod testing;
-    pub mod trace;
+// Each item carries its own `cfg` (not a macro around them all): rustfmt
+// formats only the modules it can see declared.
+#[cfg(feature = "std")]
+mod any;
+#[cfg(feature = "std")]
+mod block;
+#[cfg(feature = "std")]
+mod block_cache;
+#[cfg(feature = "std")]
+mod bump;
+#[cfg(feature = "std")]
+mod caching;
+#[cfg(feature = "std")]
+mod chunk;
+#[cfg(feature = "std")]
+mod malloc;
+#[cfg(feature = "std")]
+mod os;
+#[cfg(feature = "std")]
+mod recording;
+#[cfg(feature = "std")]
+pub mod testing;
+#[cfg(feature = "std")]
+pub mod trace;
 
-    pub use any::{AnyCheckpoint, AnyTemp, DynRewind};
-    pub use block_cache::{BlockCache, CacheStats};
-    pub use bump::{BumpAllocator, BumpCheckpoint};
-    pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
-    pub use malloc::{MallocAllocator, MallocCheckpoint};
-    pub use recording::{RecordedCheckpoint, RecordingAllocator};
-}
+#[cfg(feature = "std")]
+pub use any::{AnyCheckpoint, AnyTemp, DynRewind};
+#[cfg(feature = "std")]
+pub use block_cache::{BlockCache, CacheStats};
+#[cfg(feature = "std")]
+pub use bump::{BumpAllocator, BumpCheckpoint};
+#[cfg(feature = "std")]
+pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
+#[cfg(feature = "std")]
+pub use malloc::{MallocAllocator, MallocCheckpoint};
+#[cfg(feature = "std")]
+pub use recording::{RecordedCheckpoint, RecordingAllocator};
+
 #[cfg(feature = "capi")]
 pub mod capi;
 

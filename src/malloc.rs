@@ -201,8 +201,7 @@ unsafe impl Rewind for MallocAllocator {
         if checkpoint.allocator != self.id {
             return Err(Error::ForeignCheckpoint);
         }
-        if checkpoint.resets != now || checkpoint.live > state.live.len()
-        {
+        if checkpoint.resets != now || checkpoint.live > state.live.len() {
             return Err(Error::StaleCheckpoint {
                 taken_at: checkpoint.resets,
                 now,

@@ -263,7 +263,9 @@ impl AddressSpace {
     fn take(&self, bytes: usize) -> bool {
         let limit = self.limit();
         self.reserved
-            .fetch_update(Relaxed, Relaxed, |r| r.checked_add(bytes).filter(|&total| total <= limit))
+            .fetch_update(Relaxed, Relaxed, |r| {
+                r.checked_add(bytes).filter(|&total| total <= limit)
+            })
             .is_ok()
     }
 
@@ -619,11 +621,7 @@ mod tests {
 
     /// A reservation of `bytes` (at least `at_least`) through `space`, or
     /// `None`, which only where nothing can be reserved may answer.
-    fn reserve_in(
-        space: &'static AddressSpace,
-        bytes: usize,
-        at_least: usize,
-    ) -> Option<Mapping> {
+    fn reserve_in(space: &'static AddressSpace, bytes: usize, at_least: usize) -> Option<Mapping> {
         let m = Mapping::reserve_in(space, bytes, at_least, false);
         assert_eq!(m.is_some(), reserves(), "reservations on this platform");
         m
@@ -642,7 +640,11 @@ mod tests {
     struct Clear;
     impl Drop for Clear {
         fn drop(&mut self) {
-            for call in [SystemCall::Reserve, SystemCall::Commit, SystemCall::Decommit] {
+            for call in [
+                SystemCall::Reserve,
+                SystemCall::Commit,
+                SystemCall::Decommit,
+            ] {
                 refuse(call, 0, 0);
             }
         }
@@ -660,7 +662,10 @@ mod tests {
         if let Some(huge) = huge_page_size() {
             assert!(huge.is_power_of_two() && huge > page, "{huge} at {page}");
         }
-        if cfg!(any(miri, not(any(target_os = "linux", target_os = "android")))) {
+        if cfg!(any(
+            miri,
+            not(any(target_os = "linux", target_os = "android"))
+        )) {
             assert_eq!(huge_page_size(), None);
         }
     }
@@ -699,7 +704,10 @@ mod tests {
     fn only_off_refuses_every_reservation() {
         assert!(reserve_off_from(b"off"));
         for value in ["", "on", "OFF", "off ", "0", "no", "false"] {
-            assert!(!reserve_off_from(value.as_bytes()), "TEMPALLOC_RESERVE={value:?}");
+            assert!(
+                !reserve_off_from(value.as_bytes()),
+                "TEMPALLOC_RESERVE={value:?}"
+            );
         }
     }
 
@@ -789,7 +797,11 @@ mod tests {
         assert_eq!(m.committed(), 2 * page);
         // SAFETY: two pages are committed.
         unsafe { m.base().as_ptr().add(2 * page - 1).write(7) };
-        assert_eq!(m.commit(4 * page, false), Ok(()), "two refused, then served");
+        assert_eq!(
+            m.commit(4 * page, false),
+            Ok(()),
+            "two refused, then served"
+        );
         assert_eq!(m.committed(), 4 * page);
     }
 
@@ -832,7 +844,10 @@ mod tests {
             assert!(Mapping::reserve(64 * page, 16 * page, false).is_none());
         }
         refuse(SystemCall::Reserve, 0, 0);
-        assert_eq!(reserve(64 * page, 1).map(|m| m.reserved()), reserves().then_some(64 * page));
+        assert_eq!(
+            reserve(64 * page, 1).map(|m| m.reserved()),
+            reserves().then_some(64 * page)
+        );
     }
 
     #[test]

@@ -214,7 +214,9 @@ impl<A: TempAllocator> RecordingAllocator<A> {
         // A copy that cannot abort either.
         let mut events = Vec::new();
         let len = log.events.len();
-        events.try_reserve_exact(len).map_err(|_| no_room_for(len))?;
+        events
+            .try_reserve_exact(len)
+            .map_err(|_| no_room_for(len))?;
         events.extend_from_slice(&log.events);
         Ok(Trace::from(events))
     }

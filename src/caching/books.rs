@@ -47,7 +47,11 @@ impl Books {
     ///
     /// [`Error::BudgetExceeded`] when `need` does not fit; nothing counted.
     fn admit(&self, need: usize, want: usize, request: Layout) -> Result<usize, Error> {
-        let over = |(held, limit)| Error::BudgetExceeded { requested: request.size(), held, limit };
+        let over = |(held, limit)| Error::BudgetExceeded {
+            requested: request.size(),
+            held,
+            limit,
+        };
         charge(&self.held, self.limit, need, want).map_err(over)
     }
 
@@ -56,30 +60,52 @@ impl Books {
     pub(super) fn past_any_size(&self, request: Layout, otherwise: Error) -> Error {
         let own = self.limit.map(|l| (self.held.load(Relaxed), l));
         let limit = own.or(self.cache.max_bytes().map(|l| (self.cache.held(), l)));
-        let over = |(held, limit)| Error::BudgetExceeded { requested: request.size(), held, limit };
+        let over = |(held, limit)| Error::BudgetExceeded {
+            requested: request.size(),
+            held,
+            limit,
+        };
         limit.map_or(otherwise, over)
     }
 
     /// A chunk from the cache (see [`BlockCache::take`]), counted.
-    pub(super) fn take(&self, need: usize, want: usize, options: ChunkOptions, request: Layout) -> Result<Chunk, Error> {
+    pub(super) fn take(
+        &self,
+        need: usize,
+        want: usize,
+        options: ChunkOptions,
+        request: Layout,
+    ) -> Result<Chunk, Error> {
         let reserving = options.reserve.is_some();
         // At least the request's pages (a reservation) or size class (a heap
         // block); at most `want`'s size class, so that a reservation falling
         // back to a heap block still gets one that holds `want`.
-        let (Some(least), Some(most)) = (chunk_size(need, reserving), size_class(want.max(need))) else {
+        let (Some(least), Some(most)) = (chunk_size(need, reserving), size_class(want.max(need)))
+        else {
             return Err(self.past_any_size(request, Error::out_of_memory(request)));
         };
         // A size the limit allows: whole pages of a reservation, or a size
         // class of a block, so the cache takes no more.
         let admitted = self.admit(least, most, request)?;
-        let want = if reserving { admitted } else { size_class_at_most(admitted).max(least) };
+        let want = if reserving {
+            admitted
+        } else {
+            size_class_at_most(admitted).max(least)
+        };
         self.held.fetch_sub(admitted - want, Relaxed);
         // A heap block (where a reservation falls back to) within the room.
-        let most = if self.limit.is_some() { want } else { usize::MAX };
+        let most = if self.limit.is_some() {
+            want
+        } else {
+            usize::MAX
+        };
         let options = ChunkOptions { most, ..options };
-        let mut taken = self.cache.take(need, want, options, request).inspect_err(|_| {
-            self.held.fetch_sub(want, Relaxed);
-        })?;
+        let mut taken = self
+            .cache
+            .take(need, want, options, request)
+            .inspect_err(|_| {
+                self.held.fetch_sub(want, Relaxed);
+            })?;
         // An idle chunk may hold more than asked: counted too, or, if that
         // does not fit and it is a reservation, decommitted down to `want`.
         let extra = taken.chunk.usable().saturating_sub(want);
@@ -94,23 +120,39 @@ impl Books {
                 return Err(e);
             }
         }
-        self.held.fetch_sub(want.saturating_sub(taken.chunk.usable()), Relaxed);
-        let counter = if taken.system_allocations == 0 { &self.hits } else { &self.misses };
+        self.held
+            .fetch_sub(want.saturating_sub(taken.chunk.usable()), Relaxed);
+        let counter = if taken.system_allocations == 0 {
+            &self.hits
+        } else {
+            &self.misses
+        };
         counter.fetch_add(1, Relaxed);
-        self.system_allocations.fetch_add(taken.system_allocations, Relaxed);
+        self.system_allocations
+            .fetch_add(taken.system_allocations, Relaxed);
         Ok(taken.chunk)
     }
 
     /// Commits `m` to at least `need` bytes, about `want`: `Ok(false)` when
     /// the system refused the range.
-    pub(super) fn commit(&self, m: &mut Mapping, need: usize, want: usize, prefault: bool, request: Layout) -> Result<bool, Error> {
+    pub(super) fn commit(
+        &self,
+        m: &mut Mapping,
+        need: usize,
+        want: usize,
+        prefault: bool,
+        request: Layout,
+    ) -> Result<bool, Error> {
         let now = m.committed();
         let to = |bytes: usize| bytes.next_multiple_of(page_size()).min(m.reserved());
         let admitted = self.admit(to(need) - now, to(want) - now, request)?;
-        let committed = self.cache.commit(m, need, now + admitted, prefault, request);
+        let committed = self
+            .cache
+            .commit(m, need, now + admitted, prefault, request);
         let bytes = committed.as_ref().map_or(0, |c| c.unwrap_or(0));
         self.held.fetch_sub(admitted - bytes, Relaxed);
-        self.system_allocations.fetch_add(u64::from(bytes != 0), Relaxed);
+        self.system_allocations
+            .fetch_add(u64::from(bytes != 0), Relaxed);
         Ok(committed?.is_some())
     }
 
@@ -140,6 +182,9 @@ impl Books {
 /// What a new chunk of `bytes` costs against a limit: whole pages of a
 /// reservation, or a block's size class. `None` past any size.
 pub(super) fn chunk_size(bytes: usize, reserving: bool) -> Option<usize> {
-    if reserving { bytes.checked_next_multiple_of(page_size()) } else { size_class(bytes) }
+    if reserving {
+        bytes.checked_next_multiple_of(page_size())
+    } else {
+        size_class(bytes)
+    }
 }
-

@@ -110,8 +110,12 @@ impl CachingAllocator {
             marks,
             ..
         } = &mut *shared;
-        open.try_reserve(1).map_err(|_| Error::out_of_memory(Layout::new::<Open>()))?;
-        let oom = Error::OutOfMemory { size: size_of::<Mark>() * regions.len(), align: align_of::<Mark>() };
+        open.try_reserve(1)
+            .map_err(|_| Error::out_of_memory(Layout::new::<Open>()))?;
+        let oom = Error::OutOfMemory {
+            size: size_of::<Mark>() * regions.len(),
+            align: align_of::<Mark>(),
+        };
         marks.try_reserve(regions.len()).map_err(|_| oom)?;
         let at = marks.len();
         marks.extend(super::regions(regions).filter_map(|r| r.mark()));
@@ -188,7 +192,11 @@ impl CachingAllocator {
             let mark = shared.marks[from..to]
                 .iter()
                 .find(|m| ptr::eq(m.region, region));
-            let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
+            let next = if mine == Some(NonNull::from(region)) {
+                me
+            } else {
+                FREE
+            };
             // SAFETY: `&mut self`: no thread holds a guard of the region or
             // can make one, and this is its one guard.
             live += unsafe { Leased::new(region) }.rewind(mark, next, &mut shared.totals);
@@ -208,7 +216,11 @@ impl CachingAllocator {
 
 /// Which rule, if any, keeps `checkpoint` from being rewound to; if none,
 /// the open checkpoint.
-fn check<'s>(allocator: u64, shared: &'s Shared, checkpoint: &Checkpoint) -> Result<&'s Open, Error> {
+fn check<'s>(
+    allocator: u64,
+    shared: &'s Shared,
+    checkpoint: &Checkpoint,
+) -> Result<&'s Open, Error> {
     if checkpoint.allocator != allocator {
         return Err(Error::ForeignCheckpoint);
     }

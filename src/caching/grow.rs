@@ -60,7 +60,8 @@ impl Leased<'_> {
         let (mut end, mut in_place, mut double) = (None, 0, 0);
         match cold.chunks.get(current) {
             Some(Chunk::Mapped(m)) => {
-                let pad = m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
+                let pad = m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg()
+                    & (layout.align() - 1);
                 // No overflow, as above.
                 end = Some(cursor + pad + layout.size()).filter(|&end| end <= m.reserved());
                 in_place = end.map_or(0, |end| end.next_multiple_of(page_size()) - m.committed());
@@ -85,18 +86,31 @@ impl Leased<'_> {
     /// left), or to a new chunk from the cache, giving its chunks back if
     /// nothing in it is in use. A range the system refuses to commit is
     /// passed over, not an error.
-    pub(super) fn grow(&mut self, books: &Books, config: &CachingConfig, need: &Need) -> Result<(), Error> {
+    pub(super) fn grow(
+        &mut self,
+        books: &Books,
+        config: &CachingConfig,
+        need: &Need,
+    ) -> Result<(), Error> {
         let (hot, cold) = self.cold();
         let (current, _) = hot.position();
         let layout = need.layout;
         if let (Some(end), Some(Chunk::Mapped(m))) = (need.end, cold.chunks.get_mut(current)) {
-            if books.commit(m, end, growth(m.committed(), end), config.prefaults(), layout)? {
+            if books.commit(
+                m,
+                end,
+                growth(m.committed(), end),
+                config.prefaults(),
+                layout,
+            )? {
                 hot.set_limit(m.committed());
                 hot.sync_held(cold);
                 return Ok(());
             }
         }
-        cold.chunks.try_reserve(1).map_err(|_| Error::out_of_memory(layout))?;
+        cold.chunks
+            .try_reserve(1)
+            .map_err(|_| Error::out_of_memory(layout))?;
         let next = if need.fresh { 0 } else { current + 1 };
         match (next..cold.chunks.len()).find(|&i| cold.chunks[i].usable() >= need.bytes) {
             Some(i) => cold.chunks.swap(next, i),
@@ -109,15 +123,24 @@ impl Leased<'_> {
                     let bytes = bytes.max(used.saturating_mul(4));
                     limits.map_or(bytes, |limit| bytes.min(limit))
                 });
-                let options = ChunkOptions { block: config.block, reserve, most: usize::MAX };
-                cold.chunks.insert(next, books.take(need.bytes, need.want, options, layout)?);
+                let options = ChunkOptions {
+                    block: config.block,
+                    reserve,
+                    most: usize::MAX,
+                };
+                cold.chunks
+                    .insert(next, books.take(need.bytes, need.want, options, layout)?);
                 if need.fresh {
                     // Nothing in use and nothing that served: start over.
                     books.give_back_all(&mut cold.chunks, 1);
                 }
             }
         }
-        let before = if next == 0 { 0 } else { before_next(hot, layout) };
+        let before = if next == 0 {
+            0
+        } else {
+            before_next(hot, layout)
+        };
         hot.install(cold.chunks.get(next), next, 0, before);
         hot.sync_held(cold);
         Ok(())
@@ -132,7 +155,12 @@ impl CachingAllocator {
     /// given back (largest first) and growing is tried once more; otherwise
     /// the request is [`Error::BudgetExceeded`]. `shared` is the lock's
     /// guard if the caller holds it.
-    pub(super) fn grow(&self, region: &mut Leased, layout: Layout, shared: Option<&mut Shared>) -> Result<(), Error> {
+    pub(super) fn grow(
+        &self,
+        region: &mut Leased,
+        layout: Layout,
+        shared: Option<&mut Shared>,
+    ) -> Result<(), Error> {
         // The region may gain a chunk.
         self.no_short_reset();
         let need = region.need(layout, &self.config);
@@ -161,13 +189,19 @@ impl CachingAllocator {
     fn make_room(&self, shared: &mut Shared, least: usize, own: Option<&mut Leased>) -> bool {
         let (books, cache) = (&self.books, &self.books.cache);
         let room = || {
-            let own = books.limit.map_or(usize::MAX, |l| l.saturating_sub(books.held.load(Relaxed)));
+            let own = books
+                .limit
+                .map_or(usize::MAX, |l| l.saturating_sub(books.held.load(Relaxed)));
             let idle = cache.idle_bytes();
-            let common = cache.max_bytes().map_or(usize::MAX, |l| l.saturating_sub(cache.held()) + idle);
+            let common = cache
+                .max_bytes()
+                .map_or(usize::MAX, |l| l.saturating_sub(cache.held()) + idle);
             own.min(common)
         };
-        let free = || super::regions(&shared.regions).filter(|r| r.is_leased_to(FREE) && r.held() != 0);
-        let reclaimable = free().map(Region::held).sum::<usize>() + own.as_ref().map_or(0, |r| r.held());
+        let free =
+            || super::regions(&shared.regions).filter(|r| r.is_leased_to(FREE) && r.held() != 0);
+        let reclaimable =
+            free().map(Region::held).sum::<usize>() + own.as_ref().map_or(0, |r| r.held());
         if reclaimable == 0 || room().saturating_add(reclaimable) < least {
             return false;
         }

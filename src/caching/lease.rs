@@ -34,7 +34,10 @@ impl Windows {
     /// A fresh block, its first token current.
     pub(super) fn new() -> Self {
         let current = NEXT_WINDOW.fetch_add(TOKEN_BLOCK, Relaxed);
-        Windows { current, end: current + TOKEN_BLOCK }
+        Windows {
+            current,
+            end: current + TOKEN_BLOCK,
+        }
     }
 
     /// Starts a new window: a token no thread remembers. Returns it.
@@ -148,7 +151,11 @@ pub(super) fn first<'r>(me: u64, pick: impl Fn() -> Option<&'r Region>) -> Optio
 /// there is no memory for a new one.
 pub(super) fn lease_any(regions: &mut Vec<NonNull<Region>>, me: u64) -> Option<NonNull<Region>> {
     let mine = |r: &&Region| r.is_leased_to(FREE) || r.is_leased_to(me);
-    let best = || super::regions(regions).filter(mine).max_by_key(|r| (r.is_leased_to(me), r.held()));
+    let best = || {
+        super::regions(regions)
+            .filter(mine)
+            .max_by_key(|r| (r.is_leased_to(me), r.held()))
+    };
     if let Some(best) = first(me, best) {
         return Some(NonNull::from(best));
     }

@@ -30,10 +30,10 @@ use crate::os::page_size;
 use crate::temp::dangling;
 use crate::trace::Plan;
 use crate::{Error, Stats, TempAllocator};
+use books::Books;
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
-use books::Books;
 use region::{Extend, FREE, Leased, Mark, Region};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).
@@ -197,7 +197,8 @@ impl CachingAllocator {
     /// ```
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
         // As `Vec::with_capacity` would: the global allocator's error.
-        Self::try_with_cache(cache, config).unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<Shared>()))
+        Self::try_with_cache(cache, config)
+            .unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<Shared>()))
     }
 
     /// [`with_cache`](Self::with_cache), but an error instead of an abort
@@ -220,7 +221,10 @@ impl CachingAllocator {
     pub fn try_with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Result<Self, Error> {
         fn room<T>(n: usize) -> Result<Vec<T>, Error> {
             let mut books = Vec::new();
-            let oom = Error::OutOfMemory { size: n * size_of::<T>(), align: align_of::<T>() };
+            let oom = Error::OutOfMemory {
+                size: n * size_of::<T>(),
+                align: align_of::<T>(),
+            };
             books.try_reserve_exact(n).map_err(|_| oom)?;
             Ok(books)
         }
@@ -237,7 +241,11 @@ impl CachingAllocator {
         };
         Ok(CachingAllocator {
             window: lease::Windows::new(),
-            fast_below: if config.debug_checks { 0 } else { config.dedicated_from() },
+            fast_below: if config.debug_checks {
+                0
+            } else {
+                config.dedicated_from()
+            },
             short_reset: AtomicPtr::new(ptr::null_mut()),
             shared: Mutex::new(shared),
             books: Books::new(cache, config.max_bytes),
@@ -341,7 +349,10 @@ impl CachingAllocator {
     /// limit, [`Error::OutOfMemory`]); what was committed before stays.
     pub fn prewarm(&mut self, plan: &Plan) -> Result<(), Error> {
         self.no_short_reset();
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         for (i, &bytes) in plan.regions().iter().enumerate() {
             let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
             if shared.regions.len() == i {
@@ -448,7 +459,14 @@ impl CachingAllocator {
         let extended = match region.extend(ptr.as_ptr(), old_padded, new_padded) {
             Extend::Done => true,
             Extend::NotNewest => false,
-            Extend::NoRoom(more) => self.extend_slow(&mut region, ptr, old_padded, new_padded, more, Some(&mut shared)),
+            Extend::NoRoom(more) => self.extend_slow(
+                &mut region,
+                ptr,
+                old_padded,
+                new_padded,
+                more,
+                Some(&mut shared),
+            ),
         };
         if extended {
             shared.debug.resized(canary, new_size);
@@ -458,11 +476,17 @@ impl CachingAllocator {
 
     /// Every region with its guard, and the books, under `&mut self`.
     fn exclusive(&mut self) -> (impl Iterator<Item = Leased<'_>>, &Books) {
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         // SAFETY: `&mut self`: no thread holds a guard or can make one while
         // the iterator lives, and the list holds each region once, so each
         // gets one guard (the iterator is not `Clone`).
-        (regions(&shared.regions).map(|r| unsafe { Leased::new(r) }), &self.books)
+        (
+            regions(&shared.regions).map(|r| unsafe { Leased::new(r) }),
+            &self.books,
+        )
     }
 
     /// Everything the fast path cannot serve: a request that does not fit,
@@ -491,7 +515,8 @@ impl CachingAllocator {
             _ => {
                 let mut shared = self.lock();
                 let before = shared.regions.len();
-                let region = lease::lease_any(&mut shared.regions, me).ok_or_else(|| Error::out_of_memory(layout))?;
+                let region = lease::lease_any(&mut shared.regions, me)
+                    .ok_or_else(|| Error::out_of_memory(layout))?;
                 if shared.regions.len() != before {
                     // A region made: the short reset knows only one.
                     self.no_short_reset();
@@ -541,7 +566,9 @@ impl CachingAllocator {
             }
         }
         self.grow(&mut region, layout, shared)?;
-        let ptr = region.bump(layout).ok_or_else(|| Error::out_of_memory(layout))?;
+        let ptr = region
+            .bump(layout)
+            .ok_or_else(|| Error::out_of_memory(layout))?;
         Ok((ptr, region))
     }
 
@@ -553,12 +580,21 @@ impl CachingAllocator {
     /// grew takes memory another thread left idle before anything is
     /// committed. `region` itself when no FREE region has the room.
     #[cold]
-    fn move_to_idle<'r>(&'r self, shared: &mut Shared, mut region: Leased<'r>, layout: Layout) -> Leased<'r> {
+    fn move_to_idle<'r>(
+        &'r self,
+        shared: &mut Shared,
+        mut region: Leased<'r>,
+        layout: Layout,
+    ) -> Leased<'r> {
         debug_assert!(region.is_empty());
         let peak = region.cold().1.peak;
         let (_, me) = lease::mine(self.id);
         let serves = |r: &&Region| r.is_leased_to(FREE) && r.fits(layout) && r.room() >= peak;
-        let Some(idle) = lease::first(me, || regions(&shared.regions).filter(serves).min_by_key(|r| r.room())) else {
+        let Some(idle) = lease::first(me, || {
+            regions(&shared.regions)
+                .filter(serves)
+                .min_by_key(|r| r.room())
+        }) else {
             return region;
         };
         let idle = NonNull::from(idle);
@@ -576,7 +612,10 @@ impl CachingAllocator {
     /// caller), instead of one copy per thread that ever ran one. The other
     /// regions become FREE, for the frame's kernels' threads.
     fn adopt_largest(&mut self) {
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         let quiet = shared.open.is_empty() && shared.dedicated.is_empty();
         let (mine, me) = lease::mine(self.id);
         let largest = regions(&shared.regions).max_by_key(|r| r.held());
@@ -648,11 +687,17 @@ impl CachingAllocator {
         let padded = DebugState::padded(layout).map_err(|e| self.books.past_any_size(layout, e))?;
         let dedicated = layout.size() >= self.config.dedicated_from();
         // Leased before the lock is taken: leasing may take it.
-        let region = if dedicated { None } else { Some(self.lease(padded)?) };
+        let region = if dedicated {
+            None
+        } else {
+            Some(self.lease(padded)?)
+        };
         let mut shared = self.lock();
         shared.debug.reserve(layout)?;
         let ptr = match region {
-            None => self.allocate_dedicated(&mut shared, layout, CANARY_LEN)?.cast(),
+            None => self
+                .allocate_dedicated(&mut shared, layout, CANARY_LEN)?
+                .cast(),
             Some(region) => {
                 let carved = self.bump_or_grow(region, padded, Some(&mut shared));
                 let (ptr, mut region) = carved.map_err(|e| e.for_request(layout))?;
@@ -670,7 +715,10 @@ impl CachingAllocator {
     /// chunks or checkpoints, or the first reset after a growth.
     #[inline(never)]
     fn reset_all(&mut self) {
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         if self.config.debug_checks {
             // Before any chunk goes back: the memory is still ours to poison.
             shared.totals.canary_violations += shared.debug.recycle(0);
@@ -681,7 +729,11 @@ impl CachingAllocator {
         let window = self.window.next();
         let (mine, me) = lease::renew(self.id, window);
         for region in regions(&shared.regions) {
-            let next = if mine == Some(NonNull::from(region)) { me } else { FREE };
+            let next = if mine == Some(NonNull::from(region)) {
+                me
+            } else {
+                FREE
+            };
             // SAFETY: `&mut self`: no thread holds a guard of the region or
             // can make one, and this is its one guard.
             let mut region = unsafe { Leased::new(region) };
@@ -721,10 +773,17 @@ impl CachingAllocator {
     #[cold]
     #[inline(never)]
     fn retain(&mut self, cap: usize) {
-        let (shared, books) = (self.shared.get_mut().unwrap_or_else(PoisonError::into_inner), &self.books);
+        let (shared, books) = (
+            self.shared
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+            &self.books,
+        );
         for _ in 0..shared.regions.len() {
             let excess = books.held.load(Relaxed).saturating_sub(cap);
-            let largest = regions(&shared.regions).filter(|r| r.held() != 0).max_by_key(|r| r.held());
+            let largest = regions(&shared.regions)
+                .filter(|r| r.held() != 0)
+                .max_by_key(|r| r.held());
             let Some(region) = largest.filter(|_| excess > 0) else {
                 break;
             };
@@ -782,7 +841,9 @@ unsafe impl TempAllocator for CachingAllocator {
         match region.extend(ptr.as_ptr(), old.size(), new_size) {
             Extend::Done => true,
             Extend::NotNewest => false,
-            Extend::NoRoom(more) => self.extend_slow(&mut region, ptr, old.size(), new_size, more, None),
+            Extend::NoRoom(more) => {
+                self.extend_slow(&mut region, ptr, old.size(), new_size, more, None)
+            }
         }
     }
 
@@ -793,7 +854,10 @@ unsafe impl TempAllocator for CachingAllocator {
         let Some(only) = NonNull::new(*self.short_reset.get_mut()) else {
             return self.reset_all();
         };
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         // SAFETY: `&mut self`: no thread holds a guard of the region or can
         // make one, and this is its one guard.
         let mut region = unsafe { Leased::new(deref(&only)) };
@@ -871,7 +935,10 @@ impl Shared {
 impl Drop for CachingAllocator {
     fn drop(&mut self) {
         self.release();
-        let shared = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         for region in shared.regions.drain(..) {
             // SAFETY: every region came from `Region::try_new`, which
             // allocated and initialised it as `Box` does, and is freed only

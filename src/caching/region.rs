@@ -116,7 +116,10 @@ impl Region {
     /// no memory for it (never an abort). Allocated as `Box` does, so a
     /// `Box` frees it (the allocator's `Drop`).
     pub(super) fn try_new(owner: u64) -> Option<NonNull<Region>> {
-        let hot = Hot { base: AtomicPtr::new(ptr::dangling_mut()), ..Hot::default() };
+        let hot = Hot {
+            base: AtomicPtr::new(ptr::dangling_mut()),
+            ..Hot::default()
+        };
         let owner = AtomicU64::new(owner);
         let cold = UnsafeCell::new(Cold::default());
         // SAFETY: `Region` is not zero-sized.
@@ -132,7 +135,13 @@ impl Region {
     pub(super) fn fits(&self, layout: Layout) -> bool {
         let hot = &self.hot;
         let cursor = hot.cursor.load(Relaxed);
-        let pad = hot.base.load(Relaxed).addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
+        let pad = hot
+            .base
+            .load(Relaxed)
+            .addr()
+            .wrapping_add(cursor)
+            .wrapping_neg()
+            & (layout.align() - 1);
         // No overflow, as in `bump`.
         cursor + pad + layout.size() <= hot.limit.load(Relaxed)
     }
@@ -146,7 +155,10 @@ impl Region {
     /// Bytes the current chunk can serve without growing: its committed
     /// room above the cursor.
     pub(super) fn room(&self) -> usize {
-        self.hot.limit.load(Relaxed).saturating_sub(self.hot.cursor.load(Relaxed))
+        self.hot
+            .limit
+            .load(Relaxed)
+            .saturating_sub(self.hot.cursor.load(Relaxed))
     }
 
     /// Leases the region to `me` if it is FREE (one compare-and-swap); `true`
@@ -242,15 +254,20 @@ impl<'a> Leased<'a> {
         }
         hot.cursor.store(end, Relaxed);
         // No overflow: live bytes sit in chunks.
-        hot.live.store(hot.live.load(Relaxed) + layout.size(), Relaxed);
-        hot.count.store(hot.count.load(Relaxed).wrapping_add(1), Relaxed);
+        hot.live
+            .store(hot.live.load(Relaxed) + layout.size(), Relaxed);
+        hot.count
+            .store(hot.count.load(Relaxed).wrapping_add(1), Relaxed);
         // `wrapping_add`: a region without a chunk has a dangling `base`,
         // where a zero-sized request may land; otherwise it equals `add`.
         let ptr = base.wrapping_add(start);
         debug_assert!(ptr.addr() % layout.align() == 0);
         // SAFETY: `base` is a chunk start or dangling, neither null, and the
         // offset stays in the chunk (or below `align` past the dangling one).
-        Some(NonNull::slice_from_raw_parts(unsafe { NonNull::new_unchecked(ptr) }, layout.size()))
+        Some(NonNull::slice_from_raw_parts(
+            unsafe { NonNull::new_unchecked(ptr) },
+            layout.size(),
+        ))
     }
 
     /// Moves the end of the newest carving `[ptr, ptr + old)` to `ptr +
@@ -262,7 +279,9 @@ impl<'a> Leased<'a> {
         let cursor = hot.cursor.load(Relaxed);
         // Addresses, not offsets: `ptr` may be of another chunk, even one
         // that ends where the current one starts (hence `old <= cursor`).
-        if old > cursor || ptr.addr().wrapping_add(old) != hot.base.load(Relaxed).addr().wrapping_add(cursor) {
+        if old > cursor
+            || ptr.addr().wrapping_add(old) != hot.base.load(Relaxed).addr().wrapping_add(cursor)
+        {
             return Extend::NotNewest;
         }
         // No overflow: `old <= cursor`, and `new - old` is at most
@@ -272,7 +291,8 @@ impl<'a> Leased<'a> {
             return Extend::NoRoom(end - cursor);
         }
         hot.cursor.store(end, Relaxed);
-        hot.live.store(hot.live.load(Relaxed) + (new - old), Relaxed);
+        hot.live
+            .store(hot.live.load(Relaxed) + (new - old), Relaxed);
         Extend::Done
     }
 
@@ -280,8 +300,16 @@ impl<'a> Leased<'a> {
     /// a canary) takes carved bytes off the live count.
     pub(super) fn count_request(&mut self, live_delta: isize) {
         let hot = &self.0.hot;
-        hot.count.store(hot.count.load(Relaxed).wrapping_add(usize::from(live_delta == 0)), Relaxed);
-        hot.live.store(hot.live.load(Relaxed).wrapping_add_signed(live_delta), Relaxed);
+        hot.count.store(
+            hot.count
+                .load(Relaxed)
+                .wrapping_add(usize::from(live_delta == 0)),
+            Relaxed,
+        );
+        hot.live.store(
+            hot.live.load(Relaxed).wrapping_add_signed(live_delta),
+            Relaxed,
+        );
     }
 
     /// Ends the guard and hands the lease to `next`: [`FREE`] (a thread
@@ -403,8 +431,16 @@ impl Deref for Leased<'_> {
 
 impl Hot {
     /// Points the fast path at `chunk` (number `index`), at `cursor`.
-    pub(super) fn install(&self, chunk: Option<&Chunk>, index: usize, cursor: usize, before: usize) {
-        let (base, limit) = chunk.map_or((ptr::dangling_mut(), 0), |c| (c.base().as_ptr(), c.usable()));
+    pub(super) fn install(
+        &self,
+        chunk: Option<&Chunk>,
+        index: usize,
+        cursor: usize,
+        before: usize,
+    ) {
+        let (base, limit) = chunk.map_or((ptr::dangling_mut(), 0), |c| {
+            (c.base().as_ptr(), c.usable())
+        });
         debug_assert!(cursor <= limit);
         self.base.store(base, Relaxed);
         self.limit.store(limit, Relaxed);
@@ -431,7 +467,8 @@ impl Hot {
 
     /// Recounts what the region holds, after its chunks changed.
     pub(super) fn sync_held(&self, cold: &Cold) {
-        self.held.store(cold.chunks.iter().map(Chunk::usable).sum(), Relaxed);
+        self.held
+            .store(cold.chunks.iter().map(Chunk::usable).sum(), Relaxed);
     }
 
     /// Folds the counters down to `keep_live` live bytes; notes the peak,

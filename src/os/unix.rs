@@ -58,7 +58,10 @@ pub(super) fn huge_page_size(system_page: usize) -> Option<usize> {
     if enabled.windows(7).any(|w| w == b"[never]") {
         return None;
     }
-    let size = read_file(c"/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", &mut buf);
+    let size = read_file(
+        c"/sys/kernel/mm/transparent_hugepage/hpage_pmd_size",
+        &mut buf,
+    );
     huge_page_from(size, system_page)
 }
 
@@ -104,12 +107,16 @@ const NORESERVE: c_int = 0;
 /// The process's address-space limit (`RLIMIT_AS`, `ulimit -v`), if any.
 #[cfg(not(miri))]
 pub(super) fn address_space_limit() -> Option<usize> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `getrlimit` writes one `rlimit` to the pointer it is given.
     if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 {
         return None;
     }
-    (limit.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+    (limit.rlim_cur != libc::RLIM_INFINITY)
+        .then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
 }
 
 #[cfg(miri)]
@@ -286,7 +293,11 @@ mod tests {
             ("33554432\n", 16384, 32 << 20),
             ("536870912\n", 65536, 512 << 20),
         ] {
-            assert_eq!(huge_page_from(Some(file.as_bytes()), page), Some(huge), "{file:?}");
+            assert_eq!(
+                huge_page_from(Some(file.as_bytes()), page),
+                Some(huge),
+                "{file:?}"
+            );
         }
         // No file (before Linux 4.13): 2 MiB only where that is sure.
         assert_eq!(huge_page_from(None, 4096), Some(2 << 20));
@@ -307,7 +318,14 @@ mod tests {
         } else {
             Some(kernel)
         };
-        assert_eq!(crate::os::huge_page_size(), expected, "{size:?}, {enabled:?}");
-        assert_eq!(huge_page_size(system_page_size()), (!enabled.contains("[never]")).then_some(kernel));
+        assert_eq!(
+            crate::os::huge_page_size(),
+            expected,
+            "{size:?}, {enabled:?}"
+        );
+        assert_eq!(
+            huge_page_size(system_page_size()),
+            (!enabled.contains("[never]")).then_some(kernel)
+        );
     }
 }

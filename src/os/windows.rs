@@ -112,7 +112,10 @@ pub(super) unsafe fn release(map: NonNull<u8>, len: usize) {
     let released = unsafe { VirtualFree(map.as_ptr().cast(), 0, MEM_RELEASE) };
     // Fails only for an address that is not a reservation's base: a bug,
     // and then nothing is left to do but keep the address space.
-    debug_assert!(released != 0, "VirtualFree(MEM_RELEASE) of {len} bytes at {map:p}");
+    debug_assert!(
+        released != 0,
+        "VirtualFree(MEM_RELEASE) of {len} bytes at {map:p}"
+    );
 }
 
 /// # Safety

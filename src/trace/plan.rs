@@ -188,7 +188,8 @@ struct Planner {
 
 impl Planner {
     fn alloc(&mut self, size: usize, align: usize) -> Result<(), Error> {
-        let layout = Layout::from_size_align(size, align).map_err(|_| Error::layout(size, align))?;
+        let layout =
+            Layout::from_size_align(size, align).map_err(|_| Error::layout(size, align))?;
         let cursor = self.cursors.entry(self.thread).or_default();
         // A window's offsets stay below isize::MAX, as one region's would.
         let end = cursor
