@@ -31,6 +31,8 @@ use crate::temp::dangling;
 use crate::trace::Plan;
 use crate::{Error, Stats, TempAllocator};
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
+#[cfg(feature = "capi")]
+pub(crate) use checkpoint::Parts as CheckpointParts;
 use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
 use books::Books;
