@@ -217,12 +217,14 @@ typedef struct tempalloc_stats {
 
 /**
  * A checkpoint of a [`tempalloc_allocator`], from [`tempalloc_checkpoint`],
- * consumed by [`tempalloc_rewind`]. Plain data: copying or forging one is
- * harmless (the rewind refuses what it does not know).
+ * consumed by [`tempalloc_rewind`]: the fields of the allocator's own
+ * [`Checkpoint`](crate::Checkpoint). Plain data: copying or forging one is
+ * harmless (the rewind checks every field against the allocator's books of
+ * open checkpoints and refuses what they do not hold).
  */
 typedef struct tempalloc_checkpoint_token {
   /**
-   * The allocator it belongs to.
+   * The allocator it belongs to (never 0).
    */
   uint64_t allocator;
   /**
@@ -278,7 +280,7 @@ typedef struct tempalloc_checkpoint_token {
 
 /**
  * [`Error::StaleCheckpoint`]: [`tempalloc_rewind`] got a checkpoint that a
- * reset, release or earlier rewind consumed, or one of another allocator.
+ * reset or release after it consumed.
  */
 #define TEMPALLOC_ERROR_STALE_CHECKPOINT 7
 
@@ -325,6 +327,20 @@ typedef struct tempalloc_checkpoint_token {
  * makes no allocator. The library itself never returns it.
  */
 #define TEMPALLOC_ERROR_VERSION_MISMATCH 14
+
+/**
+ * [`Error::ForeignCheckpoint`]: [`tempalloc_rewind`] got a checkpoint of
+ * another allocator (or a made-up one, such as a zeroed token).
+ */
+#define TEMPALLOC_ERROR_FOREIGN_CHECKPOINT 15
+
+/**
+ * [`Error::CheckpointClosed`]: [`tempalloc_rewind`] got a checkpoint of
+ * this allocator, taken since its last reset, that a rewind to it or to an
+ * earlier checkpoint already consumed (a second rewind to it, say), or a
+ * made-up one.
+ */
+#define TEMPALLOC_ERROR_CHECKPOINT_CLOSED 16
 
 #ifdef __cplusplus
 extern "C" {
@@ -616,10 +632,14 @@ tempalloc_error tempalloc_checkpoint(tempalloc_allocator *alloc,
  * Recycles everything `alloc` handed out since `checkpoint` was taken:
  * those pointers become invalid, earlier ones stay valid. Consumes
  * `checkpoint` and every checkpoint taken after it. Returns
- * [`TEMPALLOC_OK`]; [`TEMPALLOC_ERROR_STALE_CHECKPOINT`] when the
- * checkpoint was already consumed (by a rewind, reset or release) or
- * belongs to another allocator, and then nothing changes;
- * [`TEMPALLOC_ERROR_NULL_ARGUMENT`] for NULL.
+ * [`TEMPALLOC_OK`], or, and then nothing changes:
+ * [`TEMPALLOC_ERROR_FOREIGN_CHECKPOINT`] when the checkpoint belongs to
+ * another allocator; [`TEMPALLOC_ERROR_STALE_CHECKPOINT`] when a reset or
+ * release consumed it; [`TEMPALLOC_ERROR_CHECKPOINT_CLOSED`] when a rewind
+ * to it or to an earlier checkpoint did. The checks come in that order; a
+ * made-up token is refused by one of them unless its four fields are
+ * exactly those of an open checkpoint. [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
+ * for NULL.
  *
  * Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`].
  *

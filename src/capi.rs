@@ -38,6 +38,7 @@ use std::sync::Arc;
 use handles::{guard, on_cache, on_exclusive, on_shared};
 pub use handles::{tempalloc_allocator, tempalloc_block_cache};
 
+use crate::caching::CheckpointParts;
 use crate::{BlockCache, CachingAllocator, CachingConfig, Error, Stats, TempAllocator};
 
 /// A status code: [`TEMPALLOC_OK`] or one of the `TEMPALLOC_ERROR_*`
@@ -60,7 +61,7 @@ pub const TEMPALLOC_ERROR_BUDGET_EXCEEDED: tempalloc_error = 5;
 /// [`Error::NoTempAllocator`] (not produced by the C API; mirrored for completeness).
 pub const TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR: tempalloc_error = 6;
 /// [`Error::StaleCheckpoint`]: [`tempalloc_rewind`] got a checkpoint that a
-/// reset, release or earlier rewind consumed, or one of another allocator.
+/// reset or release after it consumed.
 pub const TEMPALLOC_ERROR_STALE_CHECKPOINT: tempalloc_error = 7;
 /// [`Error::CanaryCorrupted`]: a write ran past the end of a scratch buffer
 /// (with `debug_checks`; from [`tempalloc_check`]).
@@ -86,6 +87,14 @@ pub const TEMPALLOC_ERROR_CONCURRENT_USE: tempalloc_error = 13;
 /// ([`tempalloc_version`] differs from `TEMPALLOC_VERSION`): the adapter
 /// makes no allocator. The library itself never returns it.
 pub const TEMPALLOC_ERROR_VERSION_MISMATCH: tempalloc_error = 14;
+/// [`Error::ForeignCheckpoint`]: [`tempalloc_rewind`] got a checkpoint of
+/// another allocator (or a made-up one, such as a zeroed token).
+pub const TEMPALLOC_ERROR_FOREIGN_CHECKPOINT: tempalloc_error = 15;
+/// [`Error::CheckpointClosed`]: [`tempalloc_rewind`] got a checkpoint of
+/// this allocator, taken since its last reset, that a rewind to it or to an
+/// earlier checkpoint already consumed (a second rewind to it, say), or a
+/// made-up one.
+pub const TEMPALLOC_ERROR_CHECKPOINT_CLOSED: tempalloc_error = 16;
 
 /// The major version of the crate the header was generated from (Cargo.toml's
 /// `version`; a test keeps them equal).
@@ -133,9 +142,9 @@ fn code(error: Error) -> tempalloc_error {
         Error::OutOfMemory { .. } => TEMPALLOC_ERROR_OUT_OF_MEMORY,
         Error::BudgetExceeded { .. } => TEMPALLOC_ERROR_BUDGET_EXCEEDED,
         Error::NoTempAllocator => TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR,
-        Error::StaleCheckpoint { .. }
-        | Error::ForeignCheckpoint
-        | Error::CheckpointClosed { .. } => TEMPALLOC_ERROR_STALE_CHECKPOINT,
+        Error::StaleCheckpoint { .. } => TEMPALLOC_ERROR_STALE_CHECKPOINT,
+        Error::ForeignCheckpoint => TEMPALLOC_ERROR_FOREIGN_CHECKPOINT,
+        Error::CheckpointClosed { .. } => TEMPALLOC_ERROR_CHECKPOINT_CLOSED,
         Error::CanaryCorrupted { .. } => TEMPALLOC_ERROR_CANARY_CORRUPTED,
         Error::FrameSuspended { .. } => TEMPALLOC_ERROR_FRAME_SUSPENDED,
     }
@@ -269,12 +278,14 @@ impl From<crate::CacheStats> for tempalloc_stats {
 }
 
 /// A checkpoint of a [`tempalloc_allocator`], from [`tempalloc_checkpoint`],
-/// consumed by [`tempalloc_rewind`]. Plain data: copying or forging one is
-/// harmless (the rewind refuses what it does not know).
+/// consumed by [`tempalloc_rewind`]: the fields of the allocator's own
+/// [`Checkpoint`](crate::Checkpoint). Plain data: copying or forging one is
+/// harmless (the rewind checks every field against the allocator's books of
+/// open checkpoints and refuses what they do not hold).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct tempalloc_checkpoint_token {
-    /// The allocator it belongs to.
+    /// The allocator it belongs to (never 0).
     pub allocator: u64,
     /// How many checkpoints were open when it was taken.
     pub depth: usize,
@@ -284,6 +295,40 @@ pub struct tempalloc_checkpoint_token {
     /// consume checkpoints): says whether a refused rewind came after a
     /// reset or after an outer rewind.
     pub resets: u64,
+}
+
+impl From<crate::Checkpoint> for tempalloc_checkpoint_token {
+    fn from(cp: crate::Checkpoint) -> Self {
+        let CheckpointParts {
+            allocator,
+            resets,
+            depth,
+            serial,
+        } = cp.into_parts();
+        tempalloc_checkpoint_token {
+            allocator,
+            depth,
+            serial,
+            resets,
+        }
+    }
+}
+
+impl From<tempalloc_checkpoint_token> for crate::Checkpoint {
+    fn from(token: tempalloc_checkpoint_token) -> Self {
+        let tempalloc_checkpoint_token {
+            allocator,
+            depth,
+            serial,
+            resets,
+        } = token;
+        crate::Checkpoint::from_parts(CheckpointParts {
+            allocator,
+            resets,
+            depth,
+            serial,
+        })
+    }
 }
 
 /// Why a call failed, with the numbers: what [`tempalloc_allocate_detailed`]
@@ -585,7 +630,7 @@ unsafe fn allocate(
         on_shared(alloc, |alloc| {
             let layout = Layout::from_size_align(size, alignment)
                 .map_err(|_| Error::layout(size, alignment));
-            Ok(layout.and_then(|layout| alloc.temp.allocate(layout)))
+            Ok(layout.and_then(|layout| alloc.allocate(layout)))
         })
     };
     match result {
@@ -719,8 +764,7 @@ pub unsafe extern "C" fn tempalloc_release(alloc: *mut tempalloc_allocator) -> t
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
     let result = unsafe {
         on_exclusive(alloc, |alloc| {
-            alloc.checkpoints.clear();
-            alloc.temp.release();
+            alloc.release();
             Ok(())
         })
     };
@@ -748,7 +792,7 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
         return TEMPALLOC_ERROR_NULL_ARGUMENT;
     };
     // SAFETY: the caller guarantees `alloc` is NULL or live; shared use is fine.
-    let result = unsafe { on_shared(alloc, |alloc| Ok(alloc.temp.stats().into())) };
+    let result = unsafe { on_shared(alloc, |alloc| Ok(alloc.stats().into())) };
     status(result, Some(out))
 }
 
@@ -898,23 +942,8 @@ pub unsafe extern "C" fn tempalloc_checkpoint(
     // SAFETY: the caller guarantees `alloc` is NULL or live and exclusive.
     let result = unsafe {
         on_exclusive(alloc, |alloc| {
-            // Room first, so that a checkpoint taken is never dropped (and
-            // the push below never aborts).
-            alloc
-                .checkpoints
-                .try_reserve(1)
-                .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?;
-            let cp = alloc.temp.checkpoint().map_err(code)?;
-            let serial = alloc.next_serial;
-            alloc.next_serial += 1;
-            let depth = alloc.checkpoints.len();
-            alloc.checkpoints.push((serial, cp));
-            Ok(tempalloc_checkpoint_token {
-                allocator: alloc.id,
-                depth,
-                serial,
-                resets: alloc.temp.stats().resets,
-            })
+            let cp = alloc.checkpoint().map_err(code)?;
+            Ok(tempalloc_checkpoint_token::from(cp))
         })
     };
     status(result, Some(out))
@@ -923,10 +952,14 @@ pub unsafe extern "C" fn tempalloc_checkpoint(
 /// Recycles everything `alloc` handed out since `checkpoint` was taken:
 /// those pointers become invalid, earlier ones stay valid. Consumes
 /// `checkpoint` and every checkpoint taken after it. Returns
-/// [`TEMPALLOC_OK`]; [`TEMPALLOC_ERROR_STALE_CHECKPOINT`] when the
-/// checkpoint was already consumed (by a rewind, reset or release) or
-/// belongs to another allocator, and then nothing changes;
-/// [`TEMPALLOC_ERROR_NULL_ARGUMENT`] for NULL.
+/// [`TEMPALLOC_OK`], or, and then nothing changes:
+/// [`TEMPALLOC_ERROR_FOREIGN_CHECKPOINT`] when the checkpoint belongs to
+/// another allocator; [`TEMPALLOC_ERROR_STALE_CHECKPOINT`] when a reset or
+/// release consumed it; [`TEMPALLOC_ERROR_CHECKPOINT_CLOSED`] when a rewind
+/// to it or to an earlier checkpoint did. The checks come in that order; a
+/// made-up token is refused by one of them unless its four fields are
+/// exactly those of an open checkpoint. [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
+/// for NULL.
 ///
 /// Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`].
 ///
@@ -940,51 +973,9 @@ pub unsafe extern "C" fn tempalloc_rewind(
     checkpoint: tempalloc_checkpoint_token,
 ) -> tempalloc_error {
     // SAFETY: as in `tempalloc_reset`: NULL or live, and exclusive.
-    let result = unsafe {
-        on_exclusive(alloc, |alloc| {
-            if let Some(refused) = refusal(alloc, &checkpoint) {
-                return Err(code(refused));
-            }
-            // Inner checkpoints are consumed with it: rewinding past them.
-            alloc.checkpoints.truncate(checkpoint.depth + 1);
-            let (_, cp) = alloc.checkpoints.pop().ok_or(TEMPALLOC_ERROR_INTERNAL)?;
-            alloc.temp.rewind(cp).map_err(code)
-        })
-    };
+    let result =
+        unsafe { on_exclusive(alloc, |alloc| alloc.rewind(checkpoint.into()).map_err(code)) };
     status(result, None)
-}
-
-/// Why `alloc` cannot rewind to `checkpoint`, with the numbers the token
-/// and the allocator know, or `None` when it is open.
-///
-/// The handle keeps its own books of open checkpoints beside the
-/// allocator's because C holds only plain data: a [`crate::Checkpoint`]
-/// cannot be rebuilt from it, so the handle keeps each one and finds it by
-/// the token's depth and serial.
-fn refusal(
-    alloc: &handles::AllocatorState,
-    checkpoint: &tempalloc_checkpoint_token,
-) -> Option<Error> {
-    if checkpoint.allocator != alloc.id {
-        return Some(Error::ForeignCheckpoint);
-    }
-    let now = alloc.temp.stats().resets;
-    if checkpoint.resets != now {
-        return Some(Error::StaleCheckpoint {
-            taken_at: checkpoint.resets,
-            now,
-        });
-    }
-    let open = alloc.checkpoints.len();
-    match alloc.checkpoints.get(checkpoint.depth) {
-        Some((serial, _)) if *serial == checkpoint.serial => None,
-        // In this window, but consumed by a rewind to it or to an earlier
-        // one (or made up).
-        _ => Some(Error::CheckpointClosed {
-            depth: checkpoint.depth,
-            open,
-        }),
-    }
 }
 
 /// Checks every buffer `alloc` handed out since the last reset for a write
@@ -1003,7 +994,7 @@ fn refusal(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tempalloc_check(alloc: *const tempalloc_allocator) -> tempalloc_error {
     // SAFETY: the caller guarantees `alloc` is NULL or live; shared use is fine.
-    let result = unsafe { on_shared(alloc, |alloc| alloc.temp.check().map_err(code)) };
+    let result = unsafe { on_shared(alloc, |alloc| alloc.check().map_err(code)) };
     status(result, None)
 }
 
@@ -1029,7 +1020,7 @@ fn message(code: tempalloc_error) -> &'static CStr {
         }
         TEMPALLOC_ERROR_NO_TEMP_ALLOCATOR => c"no temp allocator",
         TEMPALLOC_ERROR_STALE_CHECKPOINT => {
-            c"stale checkpoint: consumed by a reset, release or rewind, or another allocator's"
+            c"stale checkpoint: a reset or release came after it and consumed it"
         }
         TEMPALLOC_ERROR_CANARY_CORRUPTED => {
             c"canary corrupted: a write ran past the end of a scratch buffer"
@@ -1045,6 +1036,12 @@ fn message(code: tempalloc_error) -> &'static CStr {
         }
         TEMPALLOC_ERROR_CONCURRENT_USE => {
             c"concurrent use: a reset, release, checkpoint or rewind overlapped another call on the allocator (checked builds)"
+        }
+        TEMPALLOC_ERROR_FOREIGN_CHECKPOINT => {
+            c"foreign checkpoint: it was taken on another allocator"
+        }
+        TEMPALLOC_ERROR_CHECKPOINT_CLOSED => {
+            c"closed checkpoint: a rewind to it or to an earlier checkpoint already consumed it"
         }
         _ => c"unknown tempalloc error code",
     }
@@ -1092,6 +1089,11 @@ mod tests {
                 },
                 TEMPALLOC_ERROR_STALE_CHECKPOINT,
             ),
+            (Error::ForeignCheckpoint, TEMPALLOC_ERROR_FOREIGN_CHECKPOINT),
+            (
+                Error::CheckpointClosed { depth: 1, open: 0 },
+                TEMPALLOC_ERROR_CHECKPOINT_CLOSED,
+            ),
             (
                 Error::CanaryCorrupted {
                     addr: 64,
@@ -1111,15 +1113,17 @@ mod tests {
             assert!(!seen.contains(&expected), "code {expected} used twice");
             seen.push(expected);
         }
-        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_VERSION_MISMATCH {
+        for c in TEMPALLOC_OK..=TEMPALLOC_ERROR_CHECKPOINT_CLOSED {
             assert_ne!(message(c), "unknown tempalloc error code", "code {c}");
         }
         assert_eq!(message(-1), "unknown tempalloc error code");
         assert_eq!(message(i32::MAX), "unknown tempalloc error code");
     }
 
-    /// Issue 31, item 10: a refused rewind says why, with the numbers of the
-    /// token and the allocator, not a made-up reset count.
+    /// Issue 31, item 10: a C token is the allocator's own checkpoint as
+    /// plain data, so a refused rewind has the allocator's reason and
+    /// numbers (no books of the handle's own, no made-up reset count), and
+    /// each reason its own code.
     #[test]
     fn a_refused_rewind_says_why() {
         let mut error = TEMPALLOC_OK;
@@ -1138,22 +1142,44 @@ mod tests {
             assert_eq!(code, TEMPALLOC_OK);
             cp
         };
-        let why = |alloc, cp| {
+        // Why the allocator refuses to rewind to `cp` (it is never open
+        // here), and that C gets that reason's code for it.
+        let why = |alloc, cp: tempalloc_checkpoint_token| {
             // SAFETY: a live handle, used by this thread only.
-            unsafe { on_exclusive(alloc, |state| Ok(refusal(state, &cp))) }.unwrap()
+            let error = unsafe { on_exclusive(alloc, |temp| Ok(temp.rewind(cp.into()).err())) };
+            let error = error.unwrap();
+            // SAFETY: a live handle, used by this thread only. The rewind
+            // above was refused, so this one meets the same books.
+            let c_code = unsafe { tempalloc_rewind(alloc, cp) };
+            assert_eq!(error.map_or(TEMPALLOC_OK, code), c_code);
+            error
         };
         let theirs = take(b);
         assert_eq!(why(a, theirs), Some(Error::ForeignCheckpoint));
+        assert_eq!(
+            why(a, tempalloc_checkpoint_token::default()),
+            Some(Error::ForeignCheckpoint)
+        );
         let outer = take(a);
         let inner = take(a);
-        assert_eq!(why(a, inner), None);
+        assert_eq!((outer.depth, inner.depth), (0, 1));
         // SAFETY: live, this thread only.
         assert_eq!(unsafe { tempalloc_rewind(a, outer) }, TEMPALLOC_OK);
         assert_eq!(
             why(a, inner),
             Some(Error::CheckpointClosed { depth: 1, open: 0 })
         );
+        assert_eq!(
+            why(a, outer),
+            Some(Error::CheckpointClosed { depth: 0, open: 0 })
+        );
         let before = take(a);
+        // The same depth as `outer`, another serial: `outer` stays closed.
+        assert_eq!(before.depth, outer.depth);
+        assert_eq!(
+            why(a, outer),
+            Some(Error::CheckpointClosed { depth: 0, open: 1 })
+        );
         // SAFETY: live, this thread only.
         unsafe {
             assert_eq!(tempalloc_reset(a), TEMPALLOC_OK);

@@ -39,6 +39,57 @@ pub struct Checkpoint {
     serial: u64,
 }
 
+/// A checkpoint as plain data, the fields of the C API's
+/// `tempalloc_checkpoint_token`: C holds that by value, and gives it back to
+/// be made a [`Checkpoint`] again. Any value is harmless: the rewind checks
+/// all four fields against the allocator's books, and a value that passes is
+/// the checkpoint it names.
+#[cfg(feature = "capi")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Parts {
+    pub(crate) allocator: u64,
+    pub(crate) resets: u64,
+    pub(crate) depth: usize,
+    pub(crate) serial: u64,
+}
+
+#[cfg(feature = "capi")]
+impl Checkpoint {
+    /// Its fields, for C to hold.
+    pub(crate) fn into_parts(self) -> Parts {
+        let Checkpoint {
+            allocator,
+            resets,
+            depth,
+            serial,
+        } = self;
+        Parts {
+            allocator,
+            resets,
+            depth,
+            serial,
+        }
+    }
+
+    /// The checkpoint `parts` names: the one [`into_parts`](Self::into_parts)
+    /// gave them, or none at all, which [`CachingAllocator::rewind`] refuses
+    /// (another allocator's, consumed by a reset, closed by a rewind, made up).
+    pub(crate) fn from_parts(parts: Parts) -> Self {
+        let Parts {
+            allocator,
+            resets,
+            depth,
+            serial,
+        } = parts;
+        Checkpoint {
+            allocator,
+            resets,
+            depth,
+            serial,
+        }
+    }
+}
+
 /// How many checkpoints can be open at once (nested) before taking one
 /// more may need memory: the allocator makes room for this many, with a
 /// mark for each of 8 regions, when it is made. Frames use one per level

@@ -28,7 +28,6 @@
 use core::alloc::Layout;
 use core::mem::ManuallyDrop;
 use core::ptr::addr_of_mut;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -36,14 +35,19 @@ use super::{
     TEMPALLOC_ERROR_INTERNAL, TEMPALLOC_ERROR_NULL_ARGUMENT, TEMPALLOC_ERROR_OUT_OF_MEMORY,
     tempalloc_error,
 };
-use crate::{BlockCache, CachingAllocator, Checkpoint};
+use crate::{BlockCache, CachingAllocator};
 
 /// An opaque handle to a [`CachingAllocator`]. Made by
 /// [`tempalloc_allocator_create`](super::tempalloc_allocator_create), freed
 /// by [`tempalloc_allocator_destroy`](super::tempalloc_allocator_destroy).
 pub struct tempalloc_allocator {
     /// Dropped by destroy; in checked builds the rest stays allocated.
-    state: ManuallyDrop<AllocatorState>,
+    ///
+    /// Nothing beside it: C's checkpoints are the allocator's own
+    /// ([`CachingAllocator::checkpoint`]), handed to C as plain data and
+    /// made [`Checkpoint`](crate::Checkpoint)s again for the rewind, which
+    /// checks them against the allocator's books of open checkpoints.
+    temp: ManuallyDrop<CachingAllocator>,
     /// Checked builds: the calls in flight (see the module docs).
     #[cfg(capi_checked)]
     in_flight: debug::InFlight,
@@ -57,26 +61,6 @@ pub struct tempalloc_allocator {
 pub struct tempalloc_block_cache {
     /// Dropped by destroy; in checked builds the rest stays allocated.
     cache: ManuallyDrop<Arc<BlockCache>>,
-}
-
-/// What an allocator handle holds.
-pub(super) struct AllocatorState {
-    pub(super) temp: CachingAllocator,
-    /// Tells this allocator's checkpoints from another's.
-    pub(super) id: u64,
-    /// Checkpoints not yet consumed, oldest first, each with its serial.
-    /// C holds only (id, depth, serial), plain data: a stale, copied or
-    /// foreign value is found here and refused, never trusted.
-    pub(super) checkpoints: Vec<(u64, Checkpoint)>,
-    pub(super) next_serial: u64,
-}
-
-impl AllocatorState {
-    /// Forgets every checkpoint: a reset or release consumed them.
-    pub(super) fn reset(&mut self) {
-        self.checkpoints.clear();
-        crate::TempAllocator::reset(&mut self.temp);
-    }
 }
 
 /// Runs `f`, turning a panic into [`TEMPALLOC_ERROR_INTERNAL`]. Always
@@ -116,7 +100,7 @@ impl Handle for tempalloc_allocator {
     unsafe fn drop_contents(p: *mut Self) {
         // SAFETY: by the caller, live, unused and dropped once; only the
         // `ManuallyDrop` field is touched.
-        unsafe { ManuallyDrop::drop(&mut *addr_of_mut!((*p).state)) }
+        unsafe { ManuallyDrop::drop(&mut *addr_of_mut!((*p).temp)) }
     }
 }
 
@@ -154,20 +138,8 @@ fn hand_out<H: Handle>(handle: H) -> Result<*mut H, tempalloc_error> {
 pub(super) fn new_allocator(
     temp: CachingAllocator,
 ) -> Result<*mut tempalloc_allocator, tempalloc_error> {
-    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    // As many as the allocator makes room for: up to that nesting,
-    // checkpoints make no system allocation.
-    let mut checkpoints = Vec::new();
-    checkpoints
-        .try_reserve_exact(crate::caching::NESTED_CHECKPOINTS)
-        .map_err(|_| TEMPALLOC_ERROR_OUT_OF_MEMORY)?;
     hand_out(tempalloc_allocator {
-        state: ManuallyDrop::new(AllocatorState {
-            temp,
-            id: NEXT_ID.fetch_add(1, Relaxed),
-            checkpoints,
-            next_serial: 1,
-        }),
+        temp: ManuallyDrop::new(temp),
         #[cfg(capi_checked)]
         in_flight: debug::InFlight::new(),
     })
@@ -211,7 +183,7 @@ fn check<H: Handle>(p: *const H) -> Result<impl Sized, tempalloc_error> {
 #[inline(always)]
 pub(super) unsafe fn on_shared<T>(
     p: *const tempalloc_allocator,
-    f: impl FnOnce(&AllocatorState) -> Result<T, tempalloc_error>,
+    f: impl FnOnce(&CachingAllocator) -> Result<T, tempalloc_error>,
 ) -> Result<T, tempalloc_error> {
     let _live = check(p)?;
     #[cfg(capi_checked)]
@@ -220,10 +192,10 @@ pub(super) unsafe fn on_shared<T>(
     let _shared = unsafe { &(*p).in_flight }.enter_shared()?;
     // SAFETY: by the caller (in checked builds: checked above, and no
     // exclusive call can start while this one is counted in), a live
-    // allocator handle whose state nothing mutates meanwhile; only the state
-    // field is borrowed.
-    let state = unsafe { &*(*p).state };
-    guard(|| f(state))
+    // allocator handle whose allocator nothing mutates meanwhile; only the
+    // allocator field is borrowed.
+    let temp = unsafe { &*(*p).temp };
+    guard(|| f(temp))
 }
 
 /// Runs `f` on the allocator behind `p`, for a call that needs it to itself
@@ -237,7 +209,7 @@ pub(super) unsafe fn on_shared<T>(
 #[inline]
 pub(super) unsafe fn on_exclusive<T>(
     p: *mut tempalloc_allocator,
-    f: impl FnOnce(&mut AllocatorState) -> Result<T, tempalloc_error>,
+    f: impl FnOnce(&mut CachingAllocator) -> Result<T, tempalloc_error>,
 ) -> Result<T, tempalloc_error> {
     let _live = check(p)?;
     #[cfg(capi_checked)]
@@ -246,9 +218,9 @@ pub(super) unsafe fn on_exclusive<T>(
     let _exclusive = unsafe { &(*p).in_flight }.enter_exclusive()?;
     // SAFETY: a live allocator handle that, by the caller (in checked builds:
     // by the counter just taken), no other call uses meanwhile; the `&mut`
-    // covers the state only, not the counter other calls may read.
-    let state = unsafe { &mut *addr_of_mut!((*p).state) };
-    guard(|| f(state))
+    // covers the allocator field only, not the counter other calls may read.
+    let temp = unsafe { &mut *addr_of_mut!((*p).temp) };
+    guard(|| f(temp))
 }
 
 /// Runs `f` on the block cache behind `p`; every cache call may run

@@ -174,8 +174,8 @@ fn checkpoints_recycle_a_kernel_and_keep_the_inference() {
         assert_eq!(rewind(&temp, cp), TEMPALLOC_OK);
         assert_eq!(
             rewind(&temp, cp),
-            TEMPALLOC_ERROR_STALE_CHECKPOINT,
-            "consumed"
+            TEMPALLOC_ERROR_CHECKPOINT_CLOSED,
+            "consumed by its rewind"
         );
     }
     // SAFETY: still valid: allocated before every checkpoint.
@@ -186,35 +186,83 @@ fn checkpoints_recycle_a_kernel_and_keep_the_inference() {
     );
 }
 
+/// Issue 31, item 10: each reason a rewind is refused has its own code,
+/// the allocator's (foreign, stale, closed), and a refused rewind changes
+/// nothing.
 #[test]
-fn stale_foreign_and_forged_checkpoints_are_refused() {
+fn stale_foreign_closed_and_forged_checkpoints_are_refused_each_with_its_code() {
     let mut temp = Handle::new(None);
     let other = Handle::new(None);
     let theirs = checkpoint(&other);
-    assert_eq!(rewind(&temp, theirs), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    assert_eq!(rewind(&temp, theirs), TEMPALLOC_ERROR_FOREIGN_CHECKPOINT);
     assert_eq!(rewind(&other, theirs), TEMPALLOC_OK);
-    // Nested: rewinding the outer consumes the inner.
+    // Nested: rewinding the outer closes the inner.
     let outer = checkpoint(&temp);
+    assert_eq!(temp.allocate(100, 8).1, TEMPALLOC_OK);
     let inner = checkpoint(&temp);
+    assert_eq!(temp.allocate(200, 8).1, TEMPALLOC_OK);
     assert_eq!(rewind(&temp, outer), TEMPALLOC_OK);
-    assert_eq!(rewind(&temp, inner), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    assert_eq!(rewind(&temp, inner), TEMPALLOC_ERROR_CHECKPOINT_CLOSED);
+    // A double rewind.
+    assert_eq!(rewind(&temp, outer), TEMPALLOC_ERROR_CHECKPOINT_CLOSED);
     // A reset consumes every checkpoint.
     let cp = checkpoint(&temp);
     temp.reset();
     assert_eq!(rewind(&temp, cp), TEMPALLOC_ERROR_STALE_CHECKPOINT);
-    // Made-up values.
-    for forged in [
-        tempalloc_checkpoint_token::default(),
-        tempalloc_checkpoint_token {
-            depth: usize::MAX,
-            ..cp
-        },
-        tempalloc_checkpoint_token {
-            serial: u64::MAX,
-            ..cp
-        },
+    // Made-up values: refused by the first check they fail.
+    let gone = checkpoint(&temp);
+    assert_eq!(rewind(&temp, gone), TEMPALLOC_OK);
+    let open = checkpoint(&temp);
+    assert_eq!((gone.depth, gone.resets), (open.depth, open.resets));
+    assert_eq!(temp.allocate(300, 8).1, TEMPALLOC_OK);
+    for (forged, expected) in [
+        (
+            tempalloc_checkpoint_token::default(),
+            TEMPALLOC_ERROR_FOREIGN_CHECKPOINT,
+        ),
+        (
+            tempalloc_checkpoint_token {
+                allocator: u64::MAX,
+                ..open
+            },
+            TEMPALLOC_ERROR_FOREIGN_CHECKPOINT,
+        ),
+        (
+            tempalloc_checkpoint_token {
+                resets: open.resets + 1,
+                ..open
+            },
+            TEMPALLOC_ERROR_STALE_CHECKPOINT,
+        ),
+        (
+            tempalloc_checkpoint_token {
+                depth: usize::MAX,
+                ..open
+            },
+            TEMPALLOC_ERROR_CHECKPOINT_CLOSED,
+        ),
+        (
+            tempalloc_checkpoint_token {
+                serial: u64::MAX,
+                ..open
+            },
+            TEMPALLOC_ERROR_CHECKPOINT_CLOSED,
+        ),
+        // A token of this window rewound before, whose depth is open again.
+        (gone, TEMPALLOC_ERROR_CHECKPOINT_CLOSED),
     ] {
-        assert_eq!(rewind(&temp, forged), TEMPALLOC_ERROR_STALE_CHECKPOINT);
+        assert_eq!(rewind(&temp, forged), expected, "{forged:?}");
+        // Nothing changed: the open checkpoint's scratch is still live.
+        assert_eq!(temp.stats().bytes_live, 300);
+    }
+    assert_eq!(rewind(&temp, open), TEMPALLOC_OK);
+    assert_eq!(temp.stats().bytes_live, 0);
+    for code in [
+        TEMPALLOC_ERROR_STALE_CHECKPOINT,
+        TEMPALLOC_ERROR_FOREIGN_CHECKPOINT,
+        TEMPALLOC_ERROR_CHECKPOINT_CLOSED,
+    ] {
+        assert!(message(code).contains("checkpoint"), "{code}");
     }
     // SAFETY: NULL handles and outputs are error codes.
     unsafe {
@@ -264,8 +312,8 @@ fn c_checkpoints_take_memory_in_the_first_round_only() {
         temp.stats().system_allocations,
         rust.stats().system_allocations,
     );
-    // The C layer allocates nothing itself (its checkpoint stack is
-    // preallocated), and a rewind keeps the memory for the next kernel.
+    // The C layer allocates nothing itself (its checkpoints are the
+    // allocator's), and a rewind keeps the memory for the next kernel.
     assert_eq!(c_first, rust_first);
     for _ in 0..5 {
         round();

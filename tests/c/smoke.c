@@ -74,10 +74,35 @@ int main(void) {
       CHECK(tile == first);
       memset(tile, 1, 4096);
       CHECK(tempalloc_rewind(alloc, kernel) == TEMPALLOC_OK);
-      CHECK(tempalloc_rewind(alloc, kernel) == TEMPALLOC_ERROR_STALE_CHECKPOINT);
+      CHECK(tempalloc_rewind(alloc, kernel) == TEMPALLOC_ERROR_CHECKPOINT_CLOSED);
     }
     CHECK(act[0] == 7 && act[255] == 7);
     CHECK(tempalloc_check(alloc) == TEMPALLOC_OK);
+  }
+
+  /* A refused rewind says why, each reason with its own code, and changes
+   * nothing. */
+  {
+    tempalloc_checkpoint_token outer, inner, theirs, zeroed;
+    tempalloc_allocator *other = tempalloc_allocator_create(NULL, &error);
+    CHECK(other != NULL && error == TEMPALLOC_OK);
+    memset(&zeroed, 0, sizeof zeroed);
+    CHECK(tempalloc_checkpoint(other, &theirs) == TEMPALLOC_OK);
+    CHECK(tempalloc_checkpoint(alloc, &outer) == TEMPALLOC_OK);
+    CHECK(tempalloc_allocate(alloc, 100, 8, &error) != NULL);
+    CHECK(tempalloc_checkpoint(alloc, &inner) == TEMPALLOC_OK);
+    CHECK(inner.depth == outer.depth + 1);
+    CHECK(tempalloc_rewind(alloc, theirs) == TEMPALLOC_ERROR_FOREIGN_CHECKPOINT);
+    CHECK(tempalloc_rewind(alloc, zeroed) == TEMPALLOC_ERROR_FOREIGN_CHECKPOINT);
+    CHECK(tempalloc_rewind(other, theirs) == TEMPALLOC_OK);
+    CHECK(tempalloc_rewind(alloc, outer) == TEMPALLOC_OK);
+    CHECK(tempalloc_rewind(alloc, inner) == TEMPALLOC_ERROR_CHECKPOINT_CLOSED);
+    CHECK(tempalloc_checkpoint(alloc, &outer) == TEMPALLOC_OK);
+    CHECK(tempalloc_reset(alloc) == TEMPALLOC_OK);
+    CHECK(tempalloc_rewind(alloc, outer) == TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    CHECK(strstr(tempalloc_error_message(TEMPALLOC_ERROR_FOREIGN_CHECKPOINT), "foreign") != NULL);
+    CHECK(strstr(tempalloc_error_message(TEMPALLOC_ERROR_CHECKPOINT_CLOSED), "closed") != NULL);
+    tempalloc_allocator_destroy(other);
   }
   tempalloc_allocator_destroy(alloc);
   tempalloc_allocator_destroy(NULL);

@@ -270,7 +270,7 @@ void test_errors() {
   CHECK(orphan.last_error() == TEMPALLOC_ERROR_NULL_ARGUMENT);
   orphan.reset();  // harmless
 
-  for (tempalloc_error code = TEMPALLOC_OK; code <= TEMPALLOC_ERROR_VERSION_MISMATCH; ++code) {
+  for (tempalloc_error code = TEMPALLOC_OK; code <= TEMPALLOC_ERROR_CHECKPOINT_CLOSED; ++code) {
     CHECK(tempalloc_error_message(code) != nullptr);
     CHECK(std::strcmp(tempalloc_error_message(code), "unknown tempalloc error code") != 0);
   }
@@ -325,7 +325,7 @@ void test_checkpoints() {
     std::memset(tile, 1, 4096);
     CHECK(temp.rewind(cp));
     CHECK(!temp.rewind(cp));
-    CHECK(temp.last_error() == TEMPALLOC_ERROR_STALE_CHECKPOINT);
+    CHECK(temp.last_error() == TEMPALLOC_ERROR_CHECKPOINT_CLOSED);
     temp.clear_error();
   }
   CHECK(act[0] == 7 && act[255] == 7);
