@@ -32,9 +32,9 @@ use crate::trace::Plan;
 use crate::{Error, Stats, TempAllocator};
 use books::Books;
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
+use checkpoint::Open;
 #[cfg(feature = "capi")]
 pub(crate) use checkpoint::Parts as CheckpointParts;
-use checkpoint::Open;
 use debug::{CANARY_LEN, DebugState};
 use region::{Extend, FREE, Leased, Mark, Region};
 
