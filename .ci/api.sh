@@ -5,7 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { echo "-- $*"; }
+# step TITLE: ends the previous part with its seconds, starts the next
+# (without TITLE, at exit: only ends the last).
+part_start=$(date +%s)
+step() {
+    local now
+    now=$(date +%s)
+    [ -z "${part:-}" ] || echo "-- $part: $((now - part_start)) s"
+    part=$* part_start=$now
+    [ -z "$part" ] || echo "-- $part"
+}
+trap step EXIT
 
 # Issue 20, item 2: no public type, default or signature changes with a
 # feature. crates/no-std-kernel names `Frame<'_, FixedAllocator<'_>>` in its
@@ -35,7 +45,8 @@ grep -Eq '^all-features = true$' Cargo.toml
 # read from the files, compiled, linked and run (also part of
 # `cargo test --features capi`; named here so a failure says where).
 step "C and C++ blocks of the docs"
-cargo test --quiet --features capi --test all capi_docs
+# The feature set of .ci/run's feature tests, whose build this reuses.
+cargo test --quiet --features capi,cli,dyn-stack --test all capi_docs
 
 # Issue 20, item 13: the C library as a C or C++ project gets it.
 step "C library: the benchmark harness's build, SONAME, release-capi"

@@ -7,13 +7,17 @@
 #   tb      tree borrows: the tests that drive unsafe code ($TB_TESTS)
 #   i686    a 32-bit target: what depends on the pointer width ($I686_TESTS)
 #
-# Miri interprets on one thread, so each run's tests are split into two
-# halves (every other name of its sorted list) and the halves run as two
-# processes, one per core. Builds come first, once per configuration; the
-# runs then only interpret. Each job's log is under target/miri/, printed
-# when all are done, with each job's seconds.
+# Miri interprets on one thread, so the tests run in two lanes, one per
+# core, balanced by each test's time in a recorded run (.ci/miri-times);
+# each lane runs one process per run. Builds come first, once per
+# configuration; the lanes then only interpret. Each job's log is under
+# target/miri-logs/, printed when all are done, with each job's seconds, the
+# slowest tests, and this run's times (to refresh .ci/miri-times when the
+# tests have changed much: `cp target/miri-logs/times .ci/miri-times`).
 #
 #   bash .ci/miri.sh [RUN...]        (no RUN: all four)
+#   CI_FULL=1 bash .ci/miri.sh       (tree borrows and i686 on every module
+#                                     that drives unsafe code; .ci/full.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -21,14 +25,29 @@ export CARGO_TERM_COLOR=never
 # The modules that drive unsafe code (the allocators, the context,
 # checkpoints, threads, the property model, the debug checks); trace
 # parsing, the baseline model and the input tables are safe code that the
-# stacked-borrows run covers.
-TB_TESTS="os:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: plan:: frames:: fixed:: failure:: context:: malloc:: bump:: recording:: model:: stress:: debug_checks:: faults:: work::"
-# The caching allocator and its threads (size classes, the per-window
-# counters, the budget arithmetic, `util::HUGE` at `1 << 30`), and
-# FixedAllocator and frames, whose users are 32-bit microcontrollers.
-I686_TESTS="footprint:: threads:: budget:: checkpoints:: fallback:: stress:: fixed:: frames:: work::"
+# stacked-borrows run covers. In CI, tree borrows runs the modules that reach
+# each unsafe path (every allocator, region growth, refusal and reclaim,
+# leases passed between threads, checkpoints, frames, faults) and leaves out
+# those that repeat the same paths at larger sizes or from more threads
+# (footprint::, fallback::, which under Miri is every test's heap-block
+# path, stress::, plan::, work::); .ci/full.sh (CI_FULL=1) runs them all.
+TB_TESTS="os:: threads:: budget:: checkpoints:: sessions:: frames:: fixed:: failure:: context:: malloc:: bump:: recording:: model:: debug_checks:: faults::"
+TB_FULL="$TB_TESTS footprint:: fallback:: plan:: stress:: work::"
+# What depends on the pointer width: the caching allocator's size classes,
+# per-window counters and budget arithmetic (`util::HUGE` at `1 << 30`),
+# sizes that overflow a 32-bit usize, and FixedAllocator and frames, whose
+# users are 32-bit microcontrollers. CI leaves out the modules that repeat
+# those paths (as above); .ci/full.sh runs them.
+I686_TESTS="budget:: checkpoints:: bad_input:: fixed:: frames:: threads::"
+I686_FULL="$I686_TESTS footprint:: fallback:: stress:: work::"
+if [ -n "${CI_FULL:-}" ]; then
+    TB_TESTS=$TB_FULL I686_TESTS=$I686_FULL
+fi
 
 STRICT="-Zmiri-strict-provenance"
+# Each test's seconds under Miri in a recorded run (`RUN SECONDS NAME`), to
+# balance the lanes; a run writes its own to target/miri-logs/times.
+TIMES=.ci/miri-times
 
 # args RUN: the cargo arguments of a run; filters RUN: its test filters.
 args() {
@@ -75,19 +94,34 @@ for run in "${runs[@]}"; do
     # shellcheck disable=SC2046
     cargo +nightly miri test $(args "$run") -q -- --list --format terse $(filters "$run") 2>/dev/null |
         sed -n 's/: test$//p' | sort -u >"$out/$run.list"
-    awk 'NR % 2 == 1' "$out/$run.list" >"$out/$run-1.names"
-    awk 'NR % 2 == 0' "$out/$run.list" >"$out/$run-2.names"
     echo "miri: $run: $(wc -l <"$out/$run.list") tests"
     [ -s "$out/$run.list" ] || { echo "miri: $run lists no test" >&2; exit 1; }
 done
 echo "miri: builds and lists: $(($(date +%s) - start)) s"
+
+# The two lanes, balanced by time: every test of every run, longest first,
+# goes to the lane with less time so far, by the seconds each took in a
+# recorded run ($TIMES; a test not in it counts 5 s). Each lane then runs
+# one process per run, with the names it was given.
+lists=()
+for run in "${runs[@]}"; do lists+=("$out/$run.list"); done
+[ -f "$TIMES" ] || TIMES=/dev/null
+awk '
+    FILENAME == ARGV[1] { secs[$1 " " $3] = $2; next }
+    { split(FILENAME, p, "/"); run = p[length(p)]; sub(/\.list$/, "", run)
+      t = ((run " " $0) in secs) ? secs[run " " $0] : 5
+      print t, run, $0 }' "$TIMES" "${lists[@]}" |
+    sort -k1,1nr -k2,3 | awk -v out="$out" '
+    { lane = (load[1] <= load[2]) ? 1 : 2; load[lane] += $1
+      print $3 >> (out "/" $2 "-" lane ".names") }
+    END { printf "miri: lanes balanced to %.0f s and %.0f s of recorded time\n", load[1], load[2] }'
 
 # job NAME: one half of a run, by exact names; its seconds into NAME.secs.
 job() {
     local name=$1 run=${1%-*} t0 rc=0
     t0=$(date +%s)
     # shellcheck disable=SC2046 # lists of arguments and names
-    MIRIFLAGS=$(flags "$run") cargo +nightly miri test $(args "$run") -- --exact $(cat "$out/$name.names") \
+    MIRIFLAGS=$(flags "$run") cargo +nightly miri test $(args "$run") -- -Zunstable-options --report-time --exact $(cat "$out/$name.names") \
         >"$out/$name.log" 2>&1 || rc=$?
     echo "$(($(date +%s) - t0)) $rc" >"$out/$name.secs"
     return $rc
@@ -116,10 +150,24 @@ for run in "${runs[@]}"; do
         name=$run-$half
         [ -f "$out/$name.log" ] || continue
         echo "---- miri $name ($(flags "$run"); $(args "$run"))"
-        grep -vE '^test .* \.\.\. ok$' "$out/$name.log" || true
+        grep -vE '^test .* \.\.\. ok( <[0-9.]+s>)?$' "$out/$name.log" || true
         grep -qE '^test result: ok\. [1-9]' "$out/$name.log" || { echo "miri: $name ran no test or failed" >&2; rc=1; }
     done
 done
+# This run's times, for $TIMES when the tests have changed much, and the
+# slowest tests, where scaling a count down under cfg(miri) pays most.
+# Miri's clock counts interpreted work, and a unit of it takes longer under
+# tree borrows than under stacked borrows: each run's times are scaled so
+# that they add up to its jobs' wall seconds.
+for run in "${runs[@]}"; do
+    wall=$(cat "$out/$run"-[12].secs 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+    cat "$out/$run"-[12].log 2>/dev/null |
+        sed -n "s/^test \(.*\) \.\.\. ok <\([0-9.]*\)s>$/\2 \1/p" |
+        awk -v run="$run" -v wall="$wall" '{ t[NR] = $1; n[NR] = $2; sum += $1 }
+            END { for (i = 1; i <= NR; i++) printf "%s %.2f %s\n", run, sum ? t[i] * wall / sum : 0, n[i] }'
+done | sort -k1,1 -k3 >"$out/times"
+echo "== miri: the ten slowest tests, wall seconds (all: $out/times)"
+sort -k2,2nr "$out/times" | head -n 10
 echo "== miri: seconds per job (lanes ran $(($(date +%s) - start)) s)"
 for run in "${runs[@]}"; do
     for half in 1 2; do
