@@ -384,7 +384,7 @@ fn long_prompt_window(temp: &CachingAllocator, big: usize, small: usize) {
 
 #[test]
 fn the_retain_cap_gives_back_the_excess_at_each_reset_largest_regions_first() {
-    let (big, small, cap) = (scaled(8 << 20, 1 << 20), scaled(256 << 10, 64 << 10), scaled(1 << 20, 256 << 10));
+    let (big, small, cap) = (scaled(2 << 20, 1 << 20), scaled(256 << 10, 64 << 10), scaled(1 << 20, 256 << 10));
     for config in [fast(), fast().reserve(None)] {
         // Without a cap, the most each thread used stays.
         let mut keep = CachingAllocator::with_config(config);
