@@ -17,6 +17,12 @@ fn every_power_of_two_alignment_is_honoured() {
         let mut live = Vec::new();
         for align in alignments() {
             for size in [1, 3, 64, 1000, align + 1] {
+                // Under Miri, which interprets each byte of the patterns,
+                // three sizes: smaller than, larger than and just past the
+                // alignment.
+                if cfg!(miri) && (size == 1 || size == 64) {
+                    continue;
+                }
                 let buf = ctx.allocate_temp(size, align).unwrap();
                 assert_eq!(addr(buf) % align, 0, "{name}: {size} B at align {align}");
                 assert_eq!(buf.len(), size, "{name}: {size} B at align {align}");
@@ -75,10 +81,17 @@ fn typed_scratch_is_aligned_for_its_type_and_zeroed() {
             a.iter().all(|&x| x == 0) && b.iter().all(|&x| x == 0.0),
             "{name}"
         );
-        assert!(
-            c.iter().all(|&x| x == 0) && d.iter().all(|p| p.0.iter().all(|&x| x == 0)),
-            "{name}"
-        );
+        // Under Miri each page is compared whole (a `memcmp`, which Miri
+        // does in one step), not interpreted byte by byte: every byte is
+        // still checked.
+        let zeroed = |p: &Page| {
+            if cfg!(miri) {
+                p.0 == [0; 4096]
+            } else {
+                p.0.iter().all(|&x| x == 0)
+            }
+        };
+        assert!(c.iter().all(|&x| x == 0) && d.iter().all(zeroed), "{name}");
     });
 }
 

@@ -48,8 +48,9 @@ fn a_reset_keeps_the_chunk_for_the_same_shape() {
 fn a_large_shape_settles_to_zero_system_allocations() {
     let mut temp = BumpAllocator::new();
     let mut rng = Lcg(7);
-    // Fewer buffers under Miri, which interprets every byte written.
-    let n = if cfg!(miri) { 30 } else { 200 };
+    // Fewer buffers under Miri, which interprets every byte written; 12
+    // still take several chunks the first time.
+    let n = if cfg!(miri) { 12 } else { 200 };
     let shape: Vec<usize> = (0..n).map(|_| 16 + rng.below(20_000) as usize).collect();
     let total: usize = shape.iter().sum();
     window(&mut temp, &shape);
@@ -70,7 +71,8 @@ fn a_large_shape_settles_to_zero_system_allocations() {
     }
     let settled = temp.stats();
     assert!(settled.bytes_held >= total);
-    for _ in 0..5 {
+    // Under Miri two settled windows show the chunk is kept.
+    for _ in 0..if cfg!(miri) { 2 } else { 5 } {
         window(&mut temp, &shape);
         let s = temp.stats();
         assert_eq!(s.system_allocations, settled.system_allocations);

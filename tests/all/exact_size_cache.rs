@@ -146,9 +146,11 @@ fn requests_that_cannot_be_a_block_are_errors() {
 #[test]
 fn replayed_decode_holds_every_size_it_ever_saw() {
     // Sizes grow every step, so the cache keeps one block per size.
+    // Half the steps under Miri: the sizes still grow every step.
+    let steps = if cfg!(miri) { 25 } else { 50 };
     let trace = tempalloc::trace::Decode {
         layers: 2,
-        steps: 50,
+        steps,
         ..Default::default()
     }
     .generate();
@@ -157,7 +159,7 @@ fn replayed_decode_holds_every_size_it_ever_saw() {
     assert!(report.held_over_peak() > 5.0, "{report}");
     // Each SDPA size was a miss once, then a hit for the next layer.
     let s = temp.stats();
-    assert!(s.cache_hits > 0 && s.cache_misses > 50, "{s}");
+    assert!(s.cache_hits > 0 && s.cache_misses > steps as u64, "{s}");
 }
 
 #[test]

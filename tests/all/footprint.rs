@@ -384,7 +384,10 @@ fn long_prompt_window(temp: &CachingAllocator, big: usize, small: usize) {
 
 #[test]
 fn the_retain_cap_gives_back_the_excess_at_each_reset_largest_regions_first() {
-    let (big, small, cap) = (scaled(2 << 20, 1 << 20), scaled(256 << 10, 64 << 10), scaled(1 << 20, 256 << 10));
+    // Under Miri the big region is still above the cap, the small one
+    // under it, and two capped windows still show it holds at every reset.
+    let (big, small, cap) = (scaled(2 << 20, 384 << 10), scaled(256 << 10, 64 << 10), scaled(1 << 20, 256 << 10));
+    let windows = scaled(3, 2);
     for config in [fast(), fast().reserve(None)] {
         // Without a cap, the most each thread used stays.
         let mut keep = CachingAllocator::with_config(config);
@@ -393,7 +396,7 @@ fn the_retain_cap_gives_back_the_excess_at_each_reset_largest_regions_first() {
         assert!(keep.stats().bytes_held >= big + small, "{:?}: {}", config.reserve, keep.stats());
 
         let mut temp = CachingAllocator::with_config(config.retain(Some(cap)));
-        for window in 0..3 {
+        for window in 0..windows {
             long_prompt_window(&temp, big, small);
             temp.reset();
             let s = temp.stats();
@@ -406,7 +409,7 @@ fn the_retain_cap_gives_back_the_excess_at_each_reset_largest_regions_first() {
         short(&temp);
         temp.reset();
         let before = temp.stats();
-        for _ in 0..3 {
+        for _ in 0..windows {
             short(&temp);
             temp.reset();
         }
@@ -536,17 +539,20 @@ fn prefaulted_scratch_takes_no_page_fault_in_the_kernel() {
 
 #[test]
 fn prefaulted_huge_page_regions_take_memory_once() {
-    let config = fast().prefault(true).huge_pages(true).min_block_size(4 << 20);
+    // Under Miri, which has no huge pages and no reservations, a smaller
+    // block: prefaulting it and taking it once are the same paths.
+    let (block, request) = if cfg!(miri) { (512 << 10, 384 << 10) } else { (4 << 20, 3 << 20) };
+    let config = fast().prefault(true).huge_pages(true).min_block_size(block);
     let mut temp = CachingAllocator::with_config(config);
     for round in 0..scaled(3, 2) {
         {
             let ctx = KernelContext::new(&temp);
-            let big = fill(ctx.allocate_temp(3 << 20, 4096).unwrap(), round);
+            let big = fill(ctx.allocate_temp(request, 4096).unwrap(), round);
             check(big, round);
         }
         temp.reset();
     }
     let s = temp.stats();
     assert_eq!(s.system_allocations, 1, "{s}");
-    assert!(s.bytes_held >= 4 << 20, "{s}");
+    assert!(s.bytes_held >= block, "{s}");
 }

@@ -11,7 +11,7 @@ use tempalloc::{
 };
 
 /// One million `u32` (fewer under Miri, where it only checks soundness).
-const N: usize = if cfg!(miri) { 5_000 } else { 1_000_000 };
+const N: usize = if cfg!(miri) { 2_000 } else { 1_000_000 };
 
 /// Pushes `N` values one by one and checks them.
 fn push_all<A: tempalloc::allocator_api2::alloc::Allocator>(v: &mut tempalloc::allocator_api2::vec::Vec<u32, A>) {
@@ -68,20 +68,23 @@ fn a_frame_vec_pushed_to_4_mb_holds_about_4_mb() {
 
 #[test]
 fn a_fixed_allocator_grows_the_newest_block_in_place() {
-    let mut buf = vec![MaybeUninit::uninit(); 64 * 1024];
+    // Under Miri an eighth: a capacity of 1024 still doubles in place eight
+    // times, in a buffer still too small for a copy per doubling.
+    let (pushes, capacity) = if cfg!(miri) { (1_000, 8 * 1024) } else { (8_000, 64 * 1024) };
+    let mut buf = vec![MaybeUninit::uninit(); capacity];
     let mut temp = FixedAllocator::new(&mut buf);
     let r = with_context(&mut temp, |ctx| {
         let mut v = ScratchVec::new_in(ctx);
-        for i in 0..8_000u32 {
+        for i in 0..pushes {
             v.try_push(i)?;
         }
         Ok::<_, Error>(v.iter().sum::<u32>())
     });
-    assert_eq!(r, Ok((0..8_000).sum()));
+    assert_eq!(r, Ok((0..pushes).sum()));
     // A capacity of 8192 held in place (32 KiB); a copy per doubling
     // would leave the smaller blocks behind (64 KiB in all).
     let high = temp.stats().window_high_water;
-    assert!(high <= 32 * 1024, "{high}");
+    assert!(high <= capacity / 2, "{high}");
 }
 
 #[test]

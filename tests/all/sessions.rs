@@ -121,9 +121,14 @@ fn the_books_match_the_cache_after_random_windows() {
             .max_bytes(Some(100 * p)),
     ] {
         let mut temp = CachingAllocator::with_config(config);
-        for round in 0..crate::scenarios::scaled(200, 6) {
+        // Under Miri four rounds per configuration: 24 in all, enough draws
+        // of trim, release, rewind and reset between windows.
+        for round in 0..crate::scenarios::scaled(200, 4) {
             {
-                let threads = 1 + rnd(4) as usize;
+                // At most two under Miri, where each thread's spawn and
+                // first request cost most of a round: one or two threads
+                // still lease, return and leave FREE regions behind.
+                let threads = (1 + rnd(4) as usize).min(if cfg!(miri) { 2 } else { 4 });
                 let sizes: Vec<Vec<usize>> = (0..threads)
                     .map(|_| {
                         (0..rnd(10))

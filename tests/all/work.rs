@@ -13,7 +13,9 @@ use tempalloc::{CachingAllocator, Error, Frame, FrameVec, KernelContext, Scratch
 use crate::scenarios::{fast, scaled};
 
 const LAYERS: usize = 4;
-const ROWS: usize = scaled(64, 8);
+// Under Miri, which interprets every `f32` of the rows, half as many rows
+// again (4): still a tile per row and an activation per layer.
+const ROWS: usize = scaled(64, 4);
 const WIDTH: usize = scaled(256, 32);
 const INFERENCES: usize = 20;
 
@@ -137,7 +139,9 @@ fn serial_inference(inf: &mut Frame<'_, CachingAllocator>) -> Result<f32, Error>
 #[test]
 fn an_inference_on_whichever_thread_is_held_once() {
     use std::sync::mpsc::{Receiver, Sender, channel};
-    let counts: &[usize] = if cfg!(miri) { &[2, 3] } else { &[2, 4, 8] };
+    // Under Miri three threads, the allocator going round them twice: a
+    // hand-over to each thread, then each thread's second frame.
+    let counts: &[usize] = if cfg!(miri) { &[3] } else { &[2, 4, 8] };
     for &threads in counts {
         let (back, results): (Sender<(CachingAllocator, f32, Stats)>, _) = channel();
         let mut turns = Vec::new();
