@@ -2,8 +2,8 @@
 //! runs frames, without making the runtime generic.
 
 use tempalloc::{
-    AnyCheckpoint, AnyTemp, BumpAllocator, CachingAllocator, CachingConfig, Error,
-    KernelContext, MallocAllocator, Rewind, TempAllocator,
+    AnyCheckpoint, AnyTemp, BumpAllocator, CachingAllocator, CachingConfig, Error, KernelContext,
+    MallocAllocator, Rewind, TempAllocator,
 };
 
 /// A runtime's own allocator (here one of the crate's, boxed as any other
@@ -70,7 +70,13 @@ fn a_failure_in_any_variant_comes_out_with_its_numbers() {
     let mut temp = AnyTemp::from(BumpAllocator::with_limit(64 * 1024));
     let r = temp.frame(|inf| inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch::<u8>(1 << 20)?.len())));
     assert!(
-        matches!(r, Err(Error::BudgetExceeded { requested: 1048576, .. })),
+        matches!(
+            r,
+            Err(Error::BudgetExceeded {
+                requested: 1048576,
+                ..
+            })
+        ),
         "{r:?}"
     );
 }
@@ -87,12 +93,27 @@ fn a_custom_allocator_runs_frames_and_refuses_other_checkpoints() {
     assert_eq!(custom.stats().bytes_live, 0);
     // Another variant's checkpoint, and another custom type's.
     let caching = AnyTemp::from(CachingAllocator::new());
-    assert_eq!(custom.rewind(caching.checkpoint().unwrap()), Err(Error::ForeignCheckpoint));
+    assert_eq!(
+        custom.rewind(caching.checkpoint().unwrap()),
+        Err(Error::ForeignCheckpoint)
+    );
     let mut bump = AnyTemp::custom(BumpAllocator::with_limit(64 * 1024));
-    assert_eq!(custom.rewind(bump.checkpoint().unwrap()), Err(Error::ForeignCheckpoint));
+    assert_eq!(
+        custom.rewind(bump.checkpoint().unwrap()),
+        Err(Error::ForeignCheckpoint)
+    );
     // A failure comes out with its numbers.
     let r = bump.frame(|inf| inf.kernel(|ctx| Ok::<_, Error>(ctx.scratch::<u8>(1 << 20)?.len())));
-    assert!(matches!(r, Err(Error::BudgetExceeded { requested: 1048576, .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(Error::BudgetExceeded {
+                requested: 1048576,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     assert!(format!("{custom:?}").starts_with("Custom("));
 }
 
@@ -100,9 +121,17 @@ fn a_custom_allocator_runs_frames_and_refuses_other_checkpoints() {
 fn trim_release_check_and_max_bytes_work_on_every_variant() {
     let config = CachingConfig::default().max_bytes(Some(64 << 20));
     for (name, mut temp, limit) in [
-        ("caching", AnyTemp::from(CachingAllocator::with_config(config)), Some(64 << 20)),
+        (
+            "caching",
+            AnyTemp::from(CachingAllocator::with_config(config)),
+            Some(64 << 20),
+        ),
         ("malloc", AnyTemp::from(MallocAllocator::new()), None),
-        ("bump", AnyTemp::from(BumpAllocator::with_limit(1 << 20)), Some(1 << 20)),
+        (
+            "bump",
+            AnyTemp::from(BumpAllocator::with_limit(1 << 20)),
+            Some(1 << 20),
+        ),
         ("custom", custom(), None),
     ] {
         assert_eq!(temp.max_bytes(), limit, "{name}");

@@ -37,7 +37,12 @@ enum Split {
 /// 64 x 1 KiB of worker scratch over `threads` threads, under `limit`;
 /// returns the first error, if any. (KiB at 4 KiB pages, as `kib()`: the
 /// same page counts at any page size.)
-fn activations_and_workers(config: CachingConfig, split: Split, threads: usize, limit: usize) -> Result<(), Error> {
+fn activations_and_workers(
+    config: CachingConfig,
+    split: Split,
+    threads: usize,
+    limit: usize,
+) -> Result<(), Error> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -103,7 +108,11 @@ fn a_limit_covering_each_threads_window_and_a_page_serves_any_thread_count() {
             for debug_checks in [false, true] {
                 let config = CachingConfig::default().debug_checks(debug_checks);
                 let served = activations_and_workers(config, split, threads, limit);
-                assert_eq!(served, Ok(()), "{split:?}, {threads} threads, debug checks {debug_checks}, limit {limit}");
+                assert_eq!(
+                    served,
+                    Ok(()),
+                    "{split:?}, {threads} threads, debug checks {debug_checks}, limit {limit}"
+                );
             }
         }
     }
@@ -148,14 +157,23 @@ fn a_limit_covering_each_threads_window_and_a_growth_step_serves_large_windows()
     // blocks, twice each thread's most and a page. The windows are whole
     // multiples of 8 pages at every page size, so an eighth is whole pages.
     let window = scaled(128, 8) * page();
-    let per_thread = if mapped() { window + (window / 8).max(page()) } else { 2 * window + page() };
+    let per_thread = if mapped() {
+        window + (window / 8).max(page())
+    } else {
+        2 * window + page()
+    };
     // Under Miri one thread and an odd number of them: the rule is per
     // thread, and three threads already grow, chain and reuse their own
     // blocks side by side under one limit.
     let counts: &[usize] = if cfg!(miri) { &[1, 3] } else { &[1, 2, 4, 8] };
     for &threads in counts {
         let served = large_windows(threads, window, threads * per_thread);
-        assert_eq!(served, Ok(()), "{threads} threads of {window} B under {}", threads * per_thread);
+        assert_eq!(
+            served,
+            Ok(()),
+            "{threads} threads of {window} B under {}",
+            threads * per_thread
+        );
     }
     // A page per thread is not enough for such windows, as the README once
     // said: one thread finds the room taken by the other's growth step.
@@ -168,7 +186,10 @@ fn a_limit_covering_each_threads_window_and_a_growth_step_serves_large_windows()
 #[test]
 fn a_request_over_the_limit_is_over_budget_whatever_its_size() {
     let limit = 64 << 20;
-    for config in [CachingConfig::default(), CachingConfig::default().reserve(None)] {
+    for config in [
+        CachingConfig::default(),
+        CachingConfig::default().reserve(None),
+    ] {
         let temp = CachingAllocator::with_config(config.max_bytes(Some(limit)));
         let ctx = KernelContext::new(&temp);
         let kept = fill(ctx.allocate_temp(1000, 8).unwrap(), 3);
@@ -199,18 +220,30 @@ fn a_request_is_served_while_held_plus_need_fits_the_limit() {
                 Err(e) => break e,
             }
         };
-        let Error::BudgetExceeded { requested, held, limit: l } = err else {
+        let Error::BudgetExceeded {
+            requested,
+            held,
+            limit: l,
+        } = err
+        else {
             panic!("{config:?}: {err}");
         };
         assert_eq!((requested, l), (1000, limit), "{config:?}");
         assert!(held <= limit, "{config:?}: {err}");
         // Refused only when the next page (and, for heap blocks, the next
         // whole block) does not fit: nearly all of the limit was served.
-        let mut slack = if config.reserve.is_some() { 2 * page() } else { limit / 2 };
+        let mut slack = if config.reserve.is_some() {
+            2 * page()
+        } else {
+            limit / 2
+        };
         if config.debug_checks {
             slack += served / 1000 * 16; // a canary after every buffer
         }
-        assert!(served + slack >= limit, "{config:?}: {served} B served, {err}");
+        assert!(
+            served + slack >= limit,
+            "{config:?}: {served} B served, {err}"
+        );
         assert!(err.to_string().contains(&limit.to_string()), "{err}");
     }
 }
@@ -247,7 +280,12 @@ fn a_refusal_leaves_earlier_allocations_intact() {
         let a = fill(ctx.allocate_temp(30_000, 64).unwrap(), 1);
         let b = fill(ctx.allocate_temp(20_000, 8).unwrap(), 2);
         let err = ctx.allocate_temp(2 << 20, 64).unwrap_err();
-        let Error::BudgetExceeded { requested, held, limit } = err else {
+        let Error::BudgetExceeded {
+            requested,
+            held,
+            limit,
+        } = err
+        else {
             panic!("expected BudgetExceeded, got {err}");
         };
         assert_eq!(limit, 1 << 20);
@@ -272,14 +310,27 @@ fn free_regions_make_room_for_a_thread_that_outgrew_its_own() {
     let k = 1 << 10;
     let cases = [
         (fast().reserve(None), 60 * k, 100 * k, 100 * k, 240 * k),
-        (fast().reserve(Some(256 * k)), 200 * k, 200 * k, 100 * k, 480 * k),
+        (
+            fast().reserve(Some(256 * k)),
+            200 * k,
+            200 * k,
+            100 * k,
+            480 * k,
+        ),
     ];
     for (config, first, worker, second, limit) in cases {
         for limit in [Some(limit), None] {
             let mut temp = CachingAllocator::with_config(config.max_bytes(limit));
-            fill(KernelContext::new(&temp).allocate_temp(first, 64).unwrap(), 1);
+            fill(
+                KernelContext::new(&temp).allocate_temp(first, 64).unwrap(),
+                1,
+            );
             std::thread::scope(|s| {
-                s.spawn(|| KernelContext::new(&temp).allocate_temp(worker, 64).map(drop));
+                s.spawn(|| {
+                    KernelContext::new(&temp)
+                        .allocate_temp(worker, 64)
+                        .map(drop)
+                });
             });
             temp.reset();
             converges(&mut temp, |temp| {
@@ -292,7 +343,11 @@ fn free_regions_make_room_for_a_thread_that_outgrew_its_own() {
             // what its thread used.
             let used = first + worker + second;
             let most = limit.unwrap_or(used + used / 8 + 2 * page());
-            assert!(s.bytes_held <= most, "{:?}, limit {limit:?}: {s}", config.reserve);
+            assert!(
+                s.bytes_held <= most,
+                "{:?}, limit {limit:?}: {s}",
+                config.reserve
+            );
         }
     }
 }
@@ -303,12 +358,25 @@ fn growing_in_place_takes_the_room_of_free_regions() {
     // makes room for the main thread's 900 KiB in 1 MiB.
     let k = 1 << 10;
     let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(1024 * k)));
-    fill(KernelContext::new(&temp).allocate_temp(8 * k, 64).unwrap(), 1);
+    fill(
+        KernelContext::new(&temp).allocate_temp(8 * k, 64).unwrap(),
+        1,
+    );
     std::thread::scope(|s| {
-        s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(200 * k, 64).unwrap(), 2).len());
+        s.spawn(|| {
+            fill(
+                KernelContext::new(&temp)
+                    .allocate_temp(200 * k, 64)
+                    .unwrap(),
+                2,
+            )
+            .len()
+        });
     });
     temp.reset();
-    let big = KernelContext::new(&temp).allocate_temp(900 * k, 64).map(|b| fill(b, 3).len());
+    let big = KernelContext::new(&temp)
+        .allocate_temp(900 * k, 64)
+        .map(|b| fill(b, 3).len());
     assert_eq!(big, Ok(900 * k), "{}", temp.stats());
 }
 
@@ -321,7 +389,12 @@ fn a_region_that_outgrew_its_reservation_takes_the_room_of_free_regions() {
     let k = kib();
     let config = fast().reserve(Some(256 * k)).min_block_size(64 * k);
     let mut temp = CachingAllocator::with_config(config.max_bytes(Some(440 * k)));
-    fill(KernelContext::new(&temp).allocate_temp(200 * k, 64).unwrap(), 1);
+    fill(
+        KernelContext::new(&temp)
+            .allocate_temp(200 * k, 64)
+            .unwrap(),
+        1,
+    );
     let barrier = Barrier::new(2);
     std::thread::scope(|s| {
         for size in [40 * k, 150 * k] {
@@ -350,12 +423,27 @@ fn the_requesters_idle_region_and_free_regions_make_room_together() {
     // page size.)
     let k = kib();
     let mut temp = CachingAllocator::with_config(fast().reserve(None).max_bytes(Some(1024 * k)));
-    fill(KernelContext::new(&temp).allocate_temp(256 * k, 64).unwrap(), 1);
+    fill(
+        KernelContext::new(&temp)
+            .allocate_temp(256 * k, 64)
+            .unwrap(),
+        1,
+    );
     std::thread::scope(|s| {
-        s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(256 * k, 64).unwrap(), 2).len());
+        s.spawn(|| {
+            fill(
+                KernelContext::new(&temp)
+                    .allocate_temp(256 * k, 64)
+                    .unwrap(),
+                2,
+            )
+            .len()
+        });
     });
     temp.reset();
-    let big = KernelContext::new(&temp).allocate_temp(900 * k, 64).map(|b| fill(b, 3).len());
+    let big = KernelContext::new(&temp)
+        .allocate_temp(900 * k, 64)
+        .map(|b| fill(b, 3).len());
     assert_eq!(big, Ok(900 * k), "{}", temp.stats());
     assert!(temp.stats().bytes_held <= 1024 * k);
 }
@@ -375,7 +463,13 @@ fn a_probe_that_cannot_fit_strips_nothing() {
                 fill(ctx.allocate_temp(8 * k, 64).unwrap(), 1);
                 assert_over_budget(ctx.allocate_temp(probe, 64), probe);
                 std::thread::scope(|s| {
-                    s.spawn(|| fill(KernelContext::new(temp).allocate_temp(100 * k, 64).unwrap(), 2).len());
+                    s.spawn(|| {
+                        fill(
+                            KernelContext::new(temp).allocate_temp(100 * k, 64).unwrap(),
+                            2,
+                        )
+                        .len()
+                    });
                 });
             });
         }
@@ -391,18 +485,42 @@ fn a_leased_regions_memory_never_makes_room() {
     let (worker, request) = (scaled(600, 300) * k, scaled(500, 250) * k);
     for config in [fast(), fast().reserve(None)] {
         let mut temp = CachingAllocator::with_config(config.max_bytes(Some(scaled(1024, 512) * k)));
-        fill(KernelContext::new(&temp).allocate_temp(8 * k, 64).unwrap(), 1);
+        fill(
+            KernelContext::new(&temp).allocate_temp(8 * k, 64).unwrap(),
+            1,
+        );
         let kept = std::thread::scope(|s| {
-            s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(worker, 64).unwrap(), 2))
-                .join()
-                .unwrap()
+            s.spawn(|| {
+                fill(
+                    KernelContext::new(&temp).allocate_temp(worker, 64).unwrap(),
+                    2,
+                )
+            })
+            .join()
+            .unwrap()
         });
-        assert_over_budget(KernelContext::new(&temp).allocate_temp(request, 64), request);
+        assert_over_budget(
+            KernelContext::new(&temp).allocate_temp(request, 64),
+            request,
+        );
         check(kept, 2);
-        assert_eq!(temp.stats().bytes_live, 8 * k + worker, "{:?}", config.reserve);
+        assert_eq!(
+            temp.stats().bytes_live,
+            8 * k + worker,
+            "{:?}",
+            config.reserve
+        );
         temp.reset();
-        let served = KernelContext::new(&temp).allocate_temp(request, 64).map(|b| fill(b, 3).len());
-        assert_eq!(served, Ok(request), "{:?}: {}", config.reserve, temp.stats());
+        let served = KernelContext::new(&temp)
+            .allocate_temp(request, 64)
+            .map(|b| fill(b, 3).len());
+        assert_eq!(
+            served,
+            Ok(request),
+            "{:?}: {}",
+            config.reserve,
+            temp.stats()
+        );
     }
 }
 
@@ -442,12 +560,20 @@ fn the_caches_idle_memory_counts_as_room() {
     let mut x = CachingAllocator::with_cache(Arc::clone(&cache), fast().reserve(Some(256 * k)));
     let mut y = CachingAllocator::with_cache(Arc::clone(&cache), fast().reserve(Some(400 * k)));
     std::thread::scope(|s| {
-        s.spawn(|| fill(KernelContext::new(&x).allocate_temp(150 * k, 64).unwrap(), 1).len());
+        s.spawn(|| {
+            fill(
+                KernelContext::new(&x).allocate_temp(150 * k, 64).unwrap(),
+                1,
+            )
+            .len()
+        });
     });
     x.reset();
     fill(KernelContext::new(&y).allocate_temp(10 * k, 64).unwrap(), 2);
     y.release();
-    let big = KernelContext::new(&x).allocate_temp(300 * k, 64).map(|b| fill(b, 3).len());
+    let big = KernelContext::new(&x)
+        .allocate_temp(300 * k, 64)
+        .map(|b| fill(b, 3).len());
     assert_eq!(big, Ok(300 * k), "{}; cache: {}", x.stats(), cache.stats());
 }
 
@@ -463,19 +589,29 @@ fn a_shared_cache_frees_idle_memory_before_refusing() {
     KernelContext::new(&b).allocate_temp(800 << 10, 64).unwrap();
     assert_eq!(cache.idle_bytes(), 0);
     // Nothing idle is left to free, so this one is refused.
-    let err = KernelContext::new(&a).allocate_temp(800 << 10, 64).unwrap_err();
-    assert!(matches!(err, Error::BudgetExceeded { limit, .. } if limit == 1 << 20), "{err}");
+    let err = KernelContext::new(&a)
+        .allocate_temp(800 << 10, 64)
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BudgetExceeded { limit, .. } if limit == 1 << 20),
+        "{err}"
+    );
 }
 
 #[test]
 fn the_dedicated_threshold_is_the_same_on_every_path() {
     for debug_checks in [false, true] {
-        let config = fast().debug_checks(debug_checks).dedicated_threshold(Some(8 << 10));
+        let config = fast()
+            .debug_checks(debug_checks)
+            .dedicated_threshold(Some(8 << 10));
         let mut temp = CachingAllocator::with_config(config);
         // Warm the region so the request would fit in it.
         KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
         let before = temp.stats();
-        let big = fill(KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(), 3);
+        let big = fill(
+            KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
+            3,
+        );
         check(big, 3);
         let during = temp.stats();
         // Its own memory, taken for it...
@@ -487,8 +623,14 @@ fn the_dedicated_threshold_is_the_same_on_every_path() {
         temp.reset();
         // ...and given back at the reset.
         let after = temp.stats();
-        assert!(after.system_frees > during.system_frees, "checks {debug_checks}: {after}");
-        assert!(after.bytes_held < during.bytes_held, "checks {debug_checks}: {after}");
+        assert!(
+            after.system_frees > during.system_frees,
+            "checks {debug_checks}: {after}"
+        );
+        assert!(
+            after.bytes_held < during.bytes_held,
+            "checks {debug_checks}: {after}"
+        );
     }
 }
 
@@ -522,11 +664,19 @@ fn a_refused_request_leaves_an_empty_region_usable() {
     // holds memory but nothing is in use: refused, and the next requests
     // are served from a region that is still whole.
     let limit = 1 << 20;
-    for config in [CachingConfig::default(), CachingConfig::default().reserve(None)] {
+    for config in [
+        CachingConfig::default(),
+        CachingConfig::default().reserve(None),
+    ] {
         for debug_checks in [false, true] {
             let config = config.debug_checks(debug_checks).max_bytes(Some(limit));
             let mut temp = CachingAllocator::with_config(config);
-            fill(KernelContext::new(&temp).allocate_temp(100_000, 64).unwrap(), 1);
+            fill(
+                KernelContext::new(&temp)
+                    .allocate_temp(100_000, 64)
+                    .unwrap(),
+                1,
+            );
             temp.reset();
             for _window in 0..3 {
                 let ctx = KernelContext::new(&temp);
@@ -551,8 +701,16 @@ fn a_first_request_needs_its_pages_not_a_size_class() {
     let p = crate::util::page();
     for pages in [9usize, 17, 33, 65] {
         // A heap block costs its size class: at most 12.5% over its pages.
-        let limit = if mapped() { pages + 1 } else { pages + pages.div_ceil(8) };
-        let temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false).max_bytes(Some(limit * p)));
+        let limit = if mapped() {
+            pages + 1
+        } else {
+            pages + pages.div_ceil(8)
+        };
+        let temp = CachingAllocator::with_config(
+            CachingConfig::default()
+                .debug_checks(false)
+                .max_bytes(Some(limit * p)),
+        );
         let r = KernelContext::new(&temp).allocate_temp(pages * p, 64);
         r.unwrap();
     }
@@ -562,11 +720,18 @@ fn a_first_request_needs_its_pages_not_a_size_class() {
 /// with nothing else changed: the prober's warm region keeps its memory, and
 /// the window's next request takes no system allocation.
 #[test]
-#[cfg_attr(miri, ignore = "the probe without a limit asks Miri's heap for more than it has")]
+#[cfg_attr(
+    miri,
+    ignore = "the probe without a limit asks Miri's heap for more than it has"
+)]
 fn a_probe_that_cannot_fit_keeps_the_probers_memory() {
     let p = crate::util::page();
     for limit in [Some(64 * p), None] {
-        let mut temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false).max_bytes(limit));
+        let mut temp = CachingAllocator::with_config(
+            CachingConfig::default()
+                .debug_checks(false)
+                .max_bytes(limit),
+        );
         KernelContext::new(&temp).allocate_temp(32 * p, 64).unwrap();
         temp.reset();
         let (held, sys) = (temp.stats().bytes_held, temp.stats().system_allocations);
@@ -593,7 +758,11 @@ fn persistent_workers_re_lease_while_another_reclaims_free_regions() {
     use std::sync::{Barrier, RwLock};
     let p = crate::util::page();
     let windows = if cfg!(miri) { 3 } else { 50 };
-    let temp = RwLock::new(CachingAllocator::with_config(CachingConfig::default().debug_checks(false).max_bytes(Some(28 * p))));
+    let temp = RwLock::new(CachingAllocator::with_config(
+        CachingConfig::default()
+            .debug_checks(false)
+            .max_bytes(Some(28 * p)),
+    ));
     let barrier = Barrier::new(4);
     std::thread::scope(|s| {
         for w in 0..3usize {
@@ -646,7 +815,11 @@ fn the_retain_cap_gives_back_only_what_is_above_it() {
     let p = crate::util::page();
     // A cap of whole pages, and caps that are not (held within them too).
     for cap in [64 * p, 64 * p + 1, 64 * p + p / 2 + 3] {
-        let mut temp = CachingAllocator::with_config(CachingConfig::default().debug_checks(false).retain(Some(cap)));
+        let mut temp = CachingAllocator::with_config(
+            CachingConfig::default()
+                .debug_checks(false)
+                .retain(Some(cap)),
+        );
         for _ in 0..3 {
             KernelContext::new(&temp).allocate_temp(65 * p, 64).unwrap();
             temp.reset();
@@ -660,7 +833,6 @@ fn the_retain_cap_gives_back_only_what_is_above_it() {
     }
 }
 
-
 #[test]
 fn an_idle_block_larger_than_the_room_left_is_not_taken() {
     // A shared cache keeps one idle heap block of 44 pages; a session with
@@ -671,13 +843,23 @@ fn an_idle_block_larger_than_the_room_left_is_not_taken() {
     let cache = Arc::new(BlockCache::with_idle_budget(64 * page));
     let heap = fast().reserve(None);
     let mut before = CachingAllocator::with_cache(Arc::clone(&cache), heap);
-    KernelContext::new(&before).allocate_temp(44 * page, 64).unwrap();
+    KernelContext::new(&before)
+        .allocate_temp(44 * page, 64)
+        .unwrap();
     before.release();
     let idle = cache.idle_bytes();
-    assert!(idle > 42 * page, "an idle block above the room: {idle} bytes");
+    assert!(
+        idle > 42 * page,
+        "an idle block above the room: {idle} bytes"
+    );
     for cache in [cache, Arc::new(BlockCache::with_idle_budget(0))] {
         let temp = CachingAllocator::with_cache(cache, heap.max_bytes(Some(42 * page)));
-        let a = fill(KernelContext::new(&temp).allocate_temp(40 * page, 64).unwrap(), 1);
+        let a = fill(
+            KernelContext::new(&temp)
+                .allocate_temp(40 * page, 64)
+                .unwrap(),
+            1,
+        );
         check(a, 1);
         assert!(temp.stats().bytes_held <= 42 * page);
     }

@@ -399,7 +399,11 @@ fn allocate_aligns_and_resets() {
     let stats = temp.stats();
     // Memory is taken in the first window only.
     assert_eq!(
-        (stats.allocations, stats.resets, Some(stats.system_allocations)),
+        (
+            stats.allocations,
+            stats.resets,
+            Some(stats.system_allocations)
+        ),
         (12, 3, warm)
     );
     assert_eq!(stats.bytes_requested, 12_000);
@@ -469,7 +473,10 @@ fn null_arguments_are_error_codes() {
         assert!(handle.is_null());
         assert_eq!(error, TEMPALLOC_ERROR_NULL_ARGUMENT);
         error = -1;
-        assert_eq!(tempalloc_block_cache_evict_idle(ptr::null(), 0, &mut error), 0);
+        assert_eq!(
+            tempalloc_block_cache_evict_idle(ptr::null(), 0, &mut error),
+            0
+        );
         assert_eq!(error, TEMPALLOC_ERROR_NULL_ARGUMENT);
         error = -1;
         assert_eq!(tempalloc_block_cache_idle_bytes(ptr::null(), &mut error), 0);
@@ -721,7 +728,11 @@ fn the_versions_are_cargo_tomls() {
     let minor = parse(env!("CARGO_PKG_VERSION_MINOR"));
     let patch = parse(env!("CARGO_PKG_VERSION_PATCH"));
     assert_eq!(
-        (TEMPALLOC_VERSION_MAJOR, TEMPALLOC_VERSION_MINOR, TEMPALLOC_VERSION_PATCH),
+        (
+            TEMPALLOC_VERSION_MAJOR,
+            TEMPALLOC_VERSION_MINOR,
+            TEMPALLOC_VERSION_PATCH
+        ),
         (major, minor, patch),
         "update the TEMPALLOC_VERSION_* constants in src/capi.rs with Cargo.toml's version"
     );
@@ -737,7 +748,12 @@ fn the_versions_are_cargo_tomls() {
 #[cfg_attr(not(unix), ignore = "the C link line is only set up for Unix")]
 fn c_checked_test_passes() {
     let cc = compiler("CC", "cc");
-    build_and_run(&cc, &["-std=c99", "-pedantic"], "tests/c/checked.c", "c_checked");
+    build_and_run(
+        &cc,
+        &["-std=c99", "-pedantic"],
+        "tests/c/checked.c",
+        "c_checked",
+    );
 }
 
 #[test]
@@ -786,7 +802,10 @@ fn the_header_names_only_rust_items_that_exist() {
             .iter()
             .filter(|s| s.contains(&format!("struct {ty} ")) || s.contains(&format!("enum {ty} ")))
             .collect();
-        assert!(!definers.is_empty(), "the header names `{word}`: no type `{ty}` in src/");
+        assert!(
+            !definers.is_empty(),
+            "the header names `{word}`: no type `{ty}` in src/"
+        );
         let defined = definers.iter().any(|s| {
             [
                 format!("fn {item}("),
@@ -798,8 +817,14 @@ fn the_header_names_only_rust_items_that_exist() {
             .iter()
             .any(|pattern| s.contains(pattern.as_str()))
         });
-        assert!(defined, "the header names `{word}`, which `{ty}` does not have");
+        assert!(
+            defined,
+            "the header names `{word}`, which `{ty}` does not have"
+        );
         checked += 1;
     }
-    assert!(checked > 5, "the scan found the header's Rust names ({checked})");
+    assert!(
+        checked > 5,
+        "the scan found the header's Rust names ({checked})"
+    );
 }

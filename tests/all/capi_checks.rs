@@ -21,7 +21,11 @@ fn create(max_bytes: usize) -> *mut tempalloc_allocator {
     alloc
 }
 
-fn detailed(alloc: *const tempalloc_allocator, size: usize, align: usize) -> tempalloc_error_detail {
+fn detailed(
+    alloc: *const tempalloc_allocator,
+    size: usize,
+    align: usize,
+) -> tempalloc_error_detail {
     let mut detail = tempalloc_error_detail {
         code: -1,
         requested: 7,
@@ -55,7 +59,10 @@ fn a_refused_request_keeps_its_numbers_and_its_message() {
     let alloc = create(1 << 20);
     let d = detailed(alloc, 4 << 20, 64);
     assert_eq!(d.code, TEMPALLOC_ERROR_BUDGET_EXCEEDED);
-    assert_eq!((d.requested, d.limit, d.size, d.align), (4 << 20, 1 << 20, 0, 0));
+    assert_eq!(
+        (d.requested, d.limit, d.size, d.align),
+        (4 << 20, 1 << 20, 0, 0)
+    );
     assert!(d.held <= 1 << 20, "{d:?}");
     let rust = Error::BudgetExceeded {
         requested: 4 << 20,
@@ -65,10 +72,19 @@ fn a_refused_request_keeps_its_numbers_and_its_message() {
     assert_eq!(describe(Some(&d)), rust.to_string());
 
     let d = detailed(alloc, 64, 48);
-    assert_eq!((d.code, d.align, d.size), (TEMPALLOC_ERROR_INVALID_ALIGNMENT, 48, 0));
-    assert_eq!(describe(Some(&d)), Error::InvalidAlignment { align: 48 }.to_string());
+    assert_eq!(
+        (d.code, d.align, d.size),
+        (TEMPALLOC_ERROR_INVALID_ALIGNMENT, 48, 0)
+    );
+    assert_eq!(
+        describe(Some(&d)),
+        Error::InvalidAlignment { align: 48 }.to_string()
+    );
     let d = detailed(alloc, usize::MAX - 10, 64);
-    assert_eq!((d.code, d.size, d.align), (TEMPALLOC_ERROR_SIZE_OVERFLOW, usize::MAX - 10, 64));
+    assert_eq!(
+        (d.code, d.size, d.align),
+        (TEMPALLOC_ERROR_SIZE_OVERFLOW, usize::MAX - 10, 64)
+    );
 
     // Success: zeros and OK; the pointer is usable.
     let d = detailed(alloc, 1000, 64);
@@ -115,7 +131,12 @@ fn describe_cuts_like_snprintf() {
 fn a_request_of_ptrdiff_max_over_the_limit_is_budget_exceeded() {
     let alloc = create(64 << 20);
     let d = detailed(alloc, isize::MAX as usize, 1);
-    assert_eq!(d.code, TEMPALLOC_ERROR_BUDGET_EXCEEDED, "{}", describe(Some(&d)));
+    assert_eq!(
+        d.code,
+        TEMPALLOC_ERROR_BUDGET_EXCEEDED,
+        "{}",
+        describe(Some(&d))
+    );
     assert_eq!((d.requested, d.limit), (isize::MAX as usize, 64 << 20));
     // SAFETY: live, not used again.
     unsafe { tempalloc_allocator_destroy(alloc) };
@@ -131,7 +152,10 @@ fn a_destroyed_handle_is_refused_and_its_address_never_comes_back() {
     // SAFETY: live, and given up here.
     unsafe { tempalloc_allocator_destroy(dead) };
     let later: Vec<_> = (0..32).map(|_| create(0)).collect();
-    assert!(!later.contains(&dead), "a new handle got a destroyed one's address");
+    assert!(
+        !later.contains(&dead),
+        "a new handle got a destroyed one's address"
+    );
     let mut error = -1;
     let mut stats = tempalloc_stats::default();
     let mut cp = tempalloc_checkpoint_token::default();
@@ -142,8 +166,14 @@ fn a_destroyed_handle_is_refused_and_its_address_never_comes_back() {
         assert_eq!(error, TEMPALLOC_ERROR_INVALID_HANDLE);
         assert_eq!(tempalloc_reset(dead), TEMPALLOC_ERROR_INVALID_HANDLE);
         assert_eq!(tempalloc_release(dead), TEMPALLOC_ERROR_INVALID_HANDLE);
-        assert_eq!(tempalloc_allocator_stats(dead, &mut stats), TEMPALLOC_ERROR_INVALID_HANDLE);
-        assert_eq!(tempalloc_checkpoint(dead, &mut cp), TEMPALLOC_ERROR_INVALID_HANDLE);
+        assert_eq!(
+            tempalloc_allocator_stats(dead, &mut stats),
+            TEMPALLOC_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(
+            tempalloc_checkpoint(dead, &mut cp),
+            TEMPALLOC_ERROR_INVALID_HANDLE
+        );
         assert_eq!(tempalloc_rewind(dead, cp), TEMPALLOC_ERROR_INVALID_HANDLE);
         assert_eq!(tempalloc_check(dead), TEMPALLOC_ERROR_INVALID_HANDLE);
         // A second destroy does nothing (no double free).
@@ -165,7 +195,9 @@ fn a_destroyed_handle_is_refused_and_its_address_never_comes_back() {
 fn a_made_up_handle_is_refused_without_being_read() {
     // The magic word the earlier check trusted ("tempall1").
     let fake = Box::new([0x7465_6d70_616c_6c31u64; 16]);
-    let p = ptr::from_ref(&*fake).cast::<tempalloc_allocator>().cast_mut();
+    let p = ptr::from_ref(&*fake)
+        .cast::<tempalloc_allocator>()
+        .cast_mut();
     let mut error = -1;
     // SAFETY: checked builds look a handle up before touching it.
     unsafe {
@@ -184,7 +216,10 @@ fn a_made_up_handle_is_refused_without_being_read() {
 /// the program stays sound while it races.
 #[test]
 #[cfg(any(debug_assertions, feature = "capi-checked"))]
-#[cfg_attr(miri, ignore = "a race that needs many rounds to be seen; the protocol has unit tests")]
+#[cfg_attr(
+    miri,
+    ignore = "a race that needs many rounds to be seen; the protocol has unit tests"
+)]
 fn a_reset_that_overlaps_an_allocation_is_refused() {
     struct Shared(*mut tempalloc_allocator);
     // SAFETY: the test shares the handle on purpose: the debug checks are
@@ -228,7 +263,10 @@ fn a_reset_that_overlaps_an_allocation_is_refused() {
         stop.store(true, Relaxed);
         (refused, worker.join().expect("the worker ends"))
     });
-    assert!(refused_resets > 0, "no reset overlapped an allocation in a million tries");
+    assert!(
+        refused_resets > 0,
+        "no reset overlapped an allocation in a million tries"
+    );
     // The allocations refused were refused for the resets, nothing else.
     let _ = refused_allocations;
     // SAFETY: the worker is joined; live, not used again.

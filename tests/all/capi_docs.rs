@@ -58,7 +58,10 @@ fn check_blocks(lang: &str, ext: &str, cc: &str, flags: &[&str]) -> usize {
 fn every_c_block_of_the_docs_compiles_as_c99_and_runs() {
     let cc = compiler("CC", "cc");
     let count = check_blocks("c", "c", &cc, &["-std=c99", "-pedantic"]);
-    assert!(count >= 3, "found {count} C blocks: the docs lost some, or the scan broke");
+    assert!(
+        count >= 3,
+        "found {count} C blocks: the docs lost some, or the scan broke"
+    );
 }
 
 #[test]
@@ -69,13 +72,22 @@ fn every_cpp_block_of_the_docs_compiles_as_cpp17_and_runs() {
     let stub = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cpp/stub");
     let stub = format!("-I{}", stub.display());
     let count = check_blocks("cpp", "cc", &cxx, &["-std=c++17", &stub]);
-    assert!(count >= 3, "found {count} C++ blocks: the docs lost some, or the scan broke");
+    assert!(
+        count >= 3,
+        "found {count} C++ blocks: the docs lost some, or the scan broke"
+    );
 }
 
 #[test]
 fn the_block_scan_finds_fenced_blocks_by_their_language() {
     let text = "x\n```c\nint main(void) {}\n```\n```cpp\nA\n```\n  ```c\nB\n  ```\n```sh\nC\n```\n";
     let c = blocks(text, "c");
-    assert_eq!(c, [(2, "int main(void) {}\n".to_string()), (8, "B\n".to_string())]);
+    assert_eq!(
+        c,
+        [
+            (2, "int main(void) {}\n".to_string()),
+            (8, "B\n".to_string())
+        ]
+    );
     assert_eq!(blocks(text, "cpp"), [(5, "A\n".to_string())]);
 }

@@ -16,7 +16,10 @@ fn fast_allocator() -> CachingAllocator {
 #[test]
 fn checkpoints_nest_and_each_rewind_returns_to_its_own_mark() {
     let mut temp = fast_allocator();
-    let inference = fill(KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(), 0);
+    let inference = fill(
+        KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
+        0,
+    );
     let inference_ptr = inference.as_ptr();
 
     let cp1 = temp.checkpoint().unwrap();
@@ -25,7 +28,11 @@ fn checkpoints_nest_and_each_rewind_returns_to_its_own_mark() {
     let a2 = addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap());
     let cp3 = temp.checkpoint().unwrap();
     // Past what the region holds: it grows (a heap region moves on).
-    let a3 = addr(KernelContext::new(&temp).allocate_temp(200_000, 64).unwrap());
+    let a3 = addr(
+        KernelContext::new(&temp)
+            .allocate_temp(200_000, 64)
+            .unwrap(),
+    );
     let deep = temp.stats();
 
     temp.rewind(cp3).unwrap();
@@ -33,7 +40,11 @@ fn checkpoints_nest_and_each_rewind_returns_to_its_own_mark() {
     // The memory stays for the next kernel: the same request again takes
     // nothing from the system.
     let cp3 = temp.checkpoint().unwrap();
-    let again = addr(KernelContext::new(&temp).allocate_temp(200_000, 64).unwrap());
+    let again = addr(
+        KernelContext::new(&temp)
+            .allocate_temp(200_000, 64)
+            .unwrap(),
+    );
     assert_eq!(again, a3);
     assert_eq!(temp.stats().system_allocations, deep.system_allocations);
     temp.rewind(cp3).unwrap();
@@ -43,9 +54,15 @@ fn checkpoints_nest_and_each_rewind_returns_to_its_own_mark() {
         a2 + 5000_usize.next_multiple_of(64)
     );
     temp.rewind(cp2).unwrap();
-    assert_eq!(addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()), a2);
+    assert_eq!(
+        addr(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap()),
+        a2
+    );
     temp.rewind(cp1).unwrap();
-    assert_eq!(addr(KernelContext::new(&temp).allocate_temp(3000, 64).unwrap()), a1);
+    assert_eq!(
+        addr(KernelContext::new(&temp).allocate_temp(3000, 64).unwrap()),
+        a1
+    );
     assert_ne!(a3, a1);
 
     // The inference's scratch was never recycled: its bytes are intact.
@@ -69,7 +86,12 @@ fn checkpoints_nest_deeper_than_the_books_made_room_for() {
         let mut bufs = Vec::new();
         for level in 0..depth {
             open.push(temp.checkpoint().unwrap());
-            let buf = fill(KernelContext::new(&temp).allocate_temp(100 + level, 64).unwrap(), level);
+            let buf = fill(
+                KernelContext::new(&temp)
+                    .allocate_temp(100 + level, 64)
+                    .unwrap(),
+                level,
+            );
             bufs.push((buf.as_ptr(), buf.len()));
         }
         assert_disjoint(bufs.iter().map(|&(at, len)| (at as usize, len)).collect());
@@ -92,7 +114,11 @@ fn checkpoints_nest_deeper_than_the_books_made_room_for() {
 fn every_checkpoint_rule_is_an_error_that_names_it() {
     let mut temp = fast_allocator();
     let other = fast_allocator();
-    let kept = fill(KernelContext::new(&temp).allocate_temp(1000, 64).unwrap(), 1).as_ptr();
+    let kept = fill(
+        KernelContext::new(&temp).allocate_temp(1000, 64).unwrap(),
+        1,
+    )
+    .as_ptr();
 
     // Another allocator's.
     let err = temp.rewind(other.checkpoint().unwrap()).unwrap_err();
@@ -128,7 +154,13 @@ fn every_checkpoint_rule_is_an_error_that_names_it() {
     KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
     temp.reset();
     let err = temp.rewind(cp).unwrap_err();
-    assert_eq!(err, Error::StaleCheckpoint { taken_at: 0, now: 1 });
+    assert_eq!(
+        err,
+        Error::StaleCheckpoint {
+            taken_at: 0,
+            now: 1
+        }
+    );
     assert!(err.to_string().contains("reset"), "{err}");
 
     // Nothing changed: checkpoints still work, with debug checks clean.
@@ -165,7 +197,10 @@ fn live_bytes_and_the_window_high_water_follow_each_window() {
     assert_eq!((s.bytes_live, s.window_high_water), (3000, 8000));
     temp.reset();
     let s = temp.stats();
-    assert_eq!((s.bytes_live, s.window_high_water, s.high_water), (0, 8000, 8000));
+    assert_eq!(
+        (s.bytes_live, s.window_high_water, s.high_water),
+        (0, 8000, 8000)
+    );
     KernelContext::new(&temp).allocate_temp(100, 8).unwrap();
     temp.reset();
     let s = temp.stats();
@@ -192,7 +227,11 @@ fn the_per_kernel_pattern_with_fresh_threads_per_kernel_takes_no_memory_after_wa
     let threads = 4;
     for config in [fast(), fast().debug_checks(true)] {
         let mut temp = CachingAllocator::with_config(config);
-        let inference_scratch = fill(KernelContext::new(&temp).allocate_temp(5000, 64).unwrap(), 9).as_ptr();
+        let inference_scratch = fill(
+            KernelContext::new(&temp).allocate_temp(5000, 64).unwrap(),
+            9,
+        )
+        .as_ptr();
         let mut after_first = None;
         for inference in 0..scaled(3, 2) {
             for _kernel in 0..scaled(10, 2) {
@@ -206,7 +245,10 @@ fn the_per_kernel_pattern_with_fresh_threads_per_kernel_takes_no_memory_after_wa
             assert_eq!(s.bytes_live, 5000, "{s}");
         }
         // SAFETY: 5000 bytes taken before every checkpoint, not reset since.
-        check(unsafe { std::slice::from_raw_parts(inference_scratch, 5000) }, 9);
+        check(
+            unsafe { std::slice::from_raw_parts(inference_scratch, 5000) },
+            9,
+        );
         temp.reset();
     }
 }
@@ -246,7 +288,11 @@ fn frames_with_fresh_threads_per_kernel_take_no_memory_after_warm_up() {
             // to a block sized to its peak at the reset that ends it.
             if inference >= 1 {
                 let after = *warm.get_or_insert(s.system_allocations);
-                assert_eq!(s.system_allocations, after, "{:?}, inference {inference}: {s}", config.reserve);
+                assert_eq!(
+                    s.system_allocations, after,
+                    "{:?}, inference {inference}: {s}",
+                    config.reserve
+                );
             }
         }
     }
@@ -261,9 +307,14 @@ fn scratch_a_worker_took_before_a_checkpoint_outlives_the_rewind() {
     let size = scaled(256 << 10, 8 << 10);
     let mut temp = fast_allocator();
     let kept = std::thread::scope(|s| {
-        s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(size, 64).unwrap(), 55))
-            .join()
-            .unwrap()
+        s.spawn(|| {
+            fill(
+                KernelContext::new(&temp).allocate_temp(size, 64).unwrap(),
+                55,
+            )
+        })
+        .join()
+        .unwrap()
     });
     let (at, len) = (kept.as_ptr(), kept.len());
     for kernel in 0..scaled(6, 3) {

@@ -211,10 +211,20 @@ fn an_overflow_on_a_worker_thread_is_reported_and_the_others_scratch_is_intact()
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).collect::<Vec<_>>()
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .collect::<Vec<_>>()
     });
     let err = temp.check().unwrap_err();
-    assert_eq!(err, Error::CanaryCorrupted { addr: addrs[2], size: 100, byte: 0 });
+    assert_eq!(
+        err,
+        Error::CanaryCorrupted {
+            addr: addrs[2],
+            size: 100,
+            byte: 0
+        }
+    );
     temp.reset();
     assert_eq!(temp.stats().canary_violations, 1);
 }

@@ -9,7 +9,9 @@
 use tempalloc::testing::{SystemCall, refuse_system_calls};
 use tempalloc::{CacheStats, CachingAllocator, KernelContext, TempAllocator};
 
-use crate::scenarios::{assert_disjoint, converges, fast, fresh_threads, mapped, page, range, scaled};
+use crate::scenarios::{
+    assert_disjoint, converges, fast, fresh_threads, mapped, page, range, scaled,
+};
 use crate::util::{check, fill};
 
 /// Windows of two buffers, 100 000 and 300 000 bytes (less under Miri),
@@ -36,8 +38,14 @@ fn windows(temp: &mut CachingAllocator) -> (CacheStats, CacheStats) {
 fn assert_heap_blocks_only(what: &str, before: CacheStats, after: CacheStats) {
     assert_eq!(after.reservations, 0, "{what}: {after}");
     assert!(after.heap_blocks > 0, "{what}: {after}");
-    assert_eq!(after.heap_blocks, before.heap_blocks, "{what}, last window: {after}");
-    assert_eq!(after.system_allocations, before.system_allocations, "{what}, last window: {after}");
+    assert_eq!(
+        after.heap_blocks, before.heap_blocks,
+        "{what}, last window: {after}"
+    );
+    assert_eq!(
+        after.system_allocations, before.system_allocations,
+        "{what}, last window: {after}"
+    );
 }
 
 #[test]
@@ -83,7 +91,11 @@ impl Refusing {
 
 impl Drop for Refusing {
     fn drop(&mut self) {
-        for call in [SystemCall::Reserve, SystemCall::Commit, SystemCall::Decommit] {
+        for call in [
+            SystemCall::Reserve,
+            SystemCall::Commit,
+            SystemCall::Decommit,
+        ] {
             refuse_system_calls(call, 0, 0);
         }
     }
@@ -108,7 +120,12 @@ fn a_reservation_the_system_refuses_falls_back_to_heap_blocks() {
 fn a_commit_the_system_refuses_is_served_by_a_heap_block() {
     let temp = CachingAllocator::with_config(fast());
     let _refusing = Refusing::every(SystemCall::Commit);
-    let a = fill(KernelContext::new(&temp).allocate_temp(100_000, 64).unwrap(), 1);
+    let a = fill(
+        KernelContext::new(&temp)
+            .allocate_temp(100_000, 64)
+            .unwrap(),
+        1,
+    );
     check(a, 1);
     let s = temp.cache().stats();
     assert_eq!(s.heap_blocks, 1, "{s}");
@@ -126,7 +143,13 @@ fn outgrowing(temp: &CachingAllocator, with_worker: bool) {
     fill(ctx.allocate_temp(60 * k, 64).unwrap(), 2);
     if with_worker {
         std::thread::scope(|s| {
-            let worker = s.spawn(|| fill(KernelContext::new(temp).allocate_temp(64 * k, 64).unwrap(), 3).len());
+            let worker = s.spawn(|| {
+                fill(
+                    KernelContext::new(temp).allocate_temp(64 * k, 64).unwrap(),
+                    3,
+                )
+                .len()
+            });
             assert_eq!(worker.join().unwrap(), 64 * k);
         });
     }
@@ -142,7 +165,10 @@ fn heap_blocks_converge_when_a_worker_allocates_after_the_thread_that_outgrew() 
         outgrowing(temp, true);
         blocks.push(temp.cache().stats().heap_blocks);
     });
-    assert!(blocks[1..].iter().all(|&n| n == blocks[1]), "heap blocks after each window: {blocks:?}");
+    assert!(
+        blocks[1..].iter().all(|&n| n == blocks[1]),
+        "heap blocks after each window: {blocks:?}"
+    );
     assert_eq!(temp.cache().stats().reservations, 0);
 }
 

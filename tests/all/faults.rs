@@ -215,7 +215,10 @@ fn inject_every_failure(name: &str, config: CachingConfig, budget: usize) {
                 None => {
                     // Served without an error: the `n`th block allocation
                     // never came (none was failed and then hidden).
-                    assert!(hit < n, "{name}: the injection at {n} was not hit ({hit} blocks)");
+                    assert!(
+                        hit < n,
+                        "{name}: the injection at {n} was not hit ({hit} blocks)"
+                    );
                     true
                 }
             };
@@ -300,7 +303,9 @@ mod the_books {
         let cache = Arc::new(BlockCache::with_idle_budget(0));
         let mut failed = 0;
         for n in 1.. {
-            let made = failing_from(n, || CachingAllocator::try_with_cache(Arc::clone(&cache), CachingConfig::default()));
+            let made = failing_from(n, || {
+                CachingAllocator::try_with_cache(Arc::clone(&cache), CachingConfig::default())
+            });
             match made {
                 Err(Error::OutOfMemory { size, .. }) => assert!(size > 0),
                 Err(e) => panic!("allocation {n}: {e}"),
@@ -316,12 +321,18 @@ mod the_books {
 
     #[test]
     fn a_new_region_without_memory_is_an_error() {
-        for config in [CachingConfig::default(), CachingConfig::default().reserve(None)] {
+        for config in [
+            CachingConfig::default(),
+            CachingConfig::default().reserve(None),
+        ] {
             for debug_checks in [false, true] {
                 let mut temp = CachingAllocator::with_config(config.debug_checks(debug_checks));
                 let ctx = KernelContext::new(&temp);
                 let refused = failing_from(1, || ctx.allocate_temp(100, 64).map(|b| b.len()));
-                assert!(matches!(refused, Err(Error::OutOfMemory { .. })), "{refused:?}");
+                assert!(
+                    matches!(refused, Err(Error::OutOfMemory { .. })),
+                    "{refused:?}"
+                );
                 let a = fill(ctx.allocate_temp(100, 64).unwrap(), 1);
                 check(a, 1);
                 temp.reset();
@@ -361,7 +372,9 @@ fn c_api_creation_without_memory_is_an_error() {
     let mut failed = 0;
     for n in 1.. {
         // SAFETY: a live cache, a NULL config (the default), `error` writable.
-        let handle = failing_from(n, || unsafe { tempalloc_allocator_create_with_cache(cache, std::ptr::null(), &mut error) });
+        let handle = failing_from(n, || unsafe {
+            tempalloc_allocator_create_with_cache(cache, std::ptr::null(), &mut error)
+        });
         if handle.is_null() {
             assert_eq!(error, TEMPALLOC_ERROR_OUT_OF_MEMORY, "allocation {n}");
             failed += 1;

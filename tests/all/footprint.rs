@@ -67,7 +67,10 @@ fn warm_up_converges_and_then_makes_no_system_calls() {
         run_window(&mut temp);
     }
     let after = temp.stats();
-    assert_eq!(after.system_allocations, converged.system_allocations, "{after}");
+    assert_eq!(
+        after.system_allocations, converged.system_allocations,
+        "{after}"
+    );
     assert_eq!(after.system_frees, converged.system_frees, "{after}");
     assert_eq!(after.high_water, peak);
     assert!(after.bytes_held as f64 <= 1.25 * peak as f64, "{after}");
@@ -111,7 +114,9 @@ fn growing_windows_hold_within_a_quarter_of_the_peak_and_grow_in_steps() {
 #[test]
 fn smaller_windows_take_no_memory() {
     let mut temp = fast_allocator();
-    KernelContext::new(&temp).allocate_temp(1 << 20, 64).unwrap();
+    KernelContext::new(&temp)
+        .allocate_temp(1 << 20, 64)
+        .unwrap();
     temp.reset();
     let s = temp.stats();
     for size in [10, 1000, 100_000, 1 << 20] {
@@ -151,7 +156,10 @@ fn held_follows_the_most_each_thread_used_from_the_first_window() {
             // shares grow in most windows; fallback.rs covers how heap
             // blocks converge once the windows repeat.
             if mapped() {
-                assert!(s.bytes_held <= bound, "window {w}: {s}, each thread's most {most:?}");
+                assert!(
+                    s.bytes_held <= bound,
+                    "window {w}: {s}, each thread's most {most:?}"
+                );
             }
             assert!(s.bytes_held >= s.bytes_live, "window {w}: {s}");
             temp.reset();
@@ -203,15 +211,24 @@ pub fn workloads_converge(config: CachingConfig) {
     for (name, trace) in workloads() {
         let mut temp = CachingAllocator::with_config(config);
         let warm_up = trace.replay(&mut temp).unwrap();
-        assert!(warm_up.system_allocations > 0, "{name}: the warm-up takes memory");
+        assert!(
+            warm_up.system_allocations > 0,
+            "{name}: the warm-up takes memory"
+        );
         if config.reserve.is_some() && mapped() {
             // The region grows in place: within the target from the first
             // window on, not only once converged.
-            assert!(warm_up.held_over_peak() <= 1.25, "{name}, warm-up: {warm_up}");
+            assert!(
+                warm_up.held_over_peak() <= 1.25,
+                "{name}, warm-up: {warm_up}"
+            );
         }
         for pass in 0..2 {
             let report = trace.replay(&mut temp).unwrap();
-            assert_eq!(report.system_allocations, 0, "{name}, pass {pass}: {report}");
+            assert_eq!(
+                report.system_allocations, 0,
+                "{name}, pass {pass}: {report}"
+            );
             let s = temp.stats();
             assert!(report.held_over_peak() <= 1.25, "{name}: {report}");
             assert_eq!(s.high_water, trace.peak_live_bytes(), "{name}");
@@ -228,7 +245,10 @@ fn a_larger_window_in_an_empty_region_holds_what_it_uses_not_the_sum() {
     for config in [fast().reserve(Some(256 * k)), fast().reserve(None)] {
         let mut temp = CachingAllocator::with_config(config);
         for size in [200 * k, 300 * k] {
-            fill(KernelContext::new(&temp).allocate_temp(size, 64).unwrap(), 1);
+            fill(
+                KernelContext::new(&temp).allocate_temp(size, 64).unwrap(),
+                1,
+            );
             temp.reset();
         }
         let s = temp.stats();
@@ -249,16 +269,27 @@ fn a_region_that_outgrew_its_reservation_converges_after_a_release() {
     temp.reset();
     temp.release();
     converges(&mut temp, |temp| {
-        fill(KernelContext::new(temp).allocate_temp(100 << 10, 64).unwrap(), 3);
+        fill(
+            KernelContext::new(temp)
+                .allocate_temp(100 << 10, 64)
+                .unwrap(),
+            3,
+        );
     });
 }
 
 #[test]
 fn trim_gives_pages_back_and_the_next_window_takes_them_again() {
     let mut temp = fast_allocator();
-    let kept = fill(KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(), 4).as_ptr();
+    let kept = fill(
+        KernelContext::new(&temp).allocate_temp(10_000, 64).unwrap(),
+        4,
+    )
+    .as_ptr();
     let cp = temp.checkpoint().unwrap();
-    KernelContext::new(&temp).allocate_temp(2 << 20, 64).unwrap();
+    KernelContext::new(&temp)
+        .allocate_temp(2 << 20, 64)
+        .unwrap();
     temp.rewind(cp).unwrap();
     let before = temp.stats();
     temp.trim();
@@ -272,7 +303,12 @@ fn trim_gives_pages_back_and_the_next_window_takes_them_again() {
     // What was live is intact, and the allocator serves as before.
     // SAFETY: 10 000 bytes taken before the checkpoint, not reset since.
     check(unsafe { std::slice::from_raw_parts(kept, 10_000) }, 4);
-    let big = fill(KernelContext::new(&temp).allocate_temp(2 << 20, 64).unwrap(), 5);
+    let big = fill(
+        KernelContext::new(&temp)
+            .allocate_temp(2 << 20, 64)
+            .unwrap(),
+        5,
+    );
     check(big, 5);
 }
 
@@ -295,7 +331,11 @@ fn after_trim_held_follows_what_later_windows_use() {
             // A heap block stays whole through `trim` (it has no pages to
             // give back on their own): the big block serves the small
             // windows, and nothing more is taken from the system.
-            assert_eq!((s.bytes_held, s.system_allocations), (trimmed.bytes_held, trimmed.system_allocations), "{s}");
+            assert_eq!(
+                (s.bytes_held, s.system_allocations),
+                (trimmed.bytes_held, trimmed.system_allocations),
+                "{s}"
+            );
         }
     }
     // `release` gives everything back, mapped or not.
@@ -311,7 +351,10 @@ fn after_trim_held_follows_what_later_windows_use() {
 /// short reset, that nothing of these happened).
 #[test]
 fn after_plain_windows_a_reset_still_undoes_whatever_the_window_did() {
-    let config = fast().reserve(None).min_block_size(4 * page()).dedicated_threshold(Some(64 * page()));
+    let config = fast()
+        .reserve(None)
+        .min_block_size(4 * page())
+        .dedicated_threshold(Some(64 * page()));
     let mut temp = CachingAllocator::with_config(config);
     let plain = |temp: &mut CachingAllocator| {
         let before = temp.stats().system_allocations;
@@ -320,16 +363,26 @@ fn after_plain_windows_a_reset_still_undoes_whatever_the_window_did() {
             temp.reset();
         }
         let s = temp.stats();
-        assert_eq!((s.system_allocations, s.window_high_water), (before, 1000), "{s}");
+        assert_eq!(
+            (s.system_allocations, s.window_high_water),
+            (before, 1000),
+            "{s}"
+        );
     };
     KernelContext::new(&temp).allocate_temp(1000, 64).unwrap();
     temp.reset();
     plain(&mut temp);
 
     let held = temp.stats().bytes_held;
-    KernelContext::new(&temp).allocate_temp(128 * page(), 64).unwrap();
+    KernelContext::new(&temp)
+        .allocate_temp(128 * page(), 64)
+        .unwrap();
     temp.reset();
-    assert_eq!(temp.stats().bytes_held, held, "the dedicated chunk went back");
+    assert_eq!(
+        temp.stats().bytes_held,
+        held,
+        "the dedicated chunk went back"
+    );
     plain(&mut temp);
 
     let cp = temp.checkpoint().unwrap();
@@ -369,16 +422,31 @@ fn after_plain_windows_a_reset_still_undoes_whatever_the_window_did() {
     std::thread::scope(|s| {
         s.spawn(|| KernelContext::new(&temp).allocate_temp(1000, 64).unwrap());
     });
-    assert_eq!(temp.stats().system_allocations, before, "a fresh thread took over the FREE region");
+    assert_eq!(
+        temp.stats().system_allocations,
+        before,
+        "a fresh thread took over the FREE region"
+    );
     temp.reset();
     plain(&mut temp);
 }
 
 /// One window: the calling thread takes `big` bytes and a worker `small`.
 fn long_prompt_window(temp: &CachingAllocator, big: usize, small: usize) {
-    check(fill(KernelContext::new(temp).allocate_temp(big, 64).unwrap(), 1), 1);
+    check(
+        fill(KernelContext::new(temp).allocate_temp(big, 64).unwrap(), 1),
+        1,
+    );
     std::thread::scope(|s| {
-        s.spawn(|| check(fill(KernelContext::new(temp).allocate_temp(small, 64).unwrap(), 2), 2));
+        s.spawn(|| {
+            check(
+                fill(
+                    KernelContext::new(temp).allocate_temp(small, 64).unwrap(),
+                    2,
+                ),
+                2,
+            )
+        });
     });
 }
 
@@ -386,23 +454,40 @@ fn long_prompt_window(temp: &CachingAllocator, big: usize, small: usize) {
 fn the_retain_cap_gives_back_the_excess_at_each_reset_largest_regions_first() {
     // Under Miri the big region is still above the cap, the small one
     // under it, and two capped windows still show it holds at every reset.
-    let (big, small, cap) = (scaled(2 << 20, 384 << 10), scaled(256 << 10, 64 << 10), scaled(1 << 20, 256 << 10));
+    let (big, small, cap) = (
+        scaled(2 << 20, 384 << 10),
+        scaled(256 << 10, 64 << 10),
+        scaled(1 << 20, 256 << 10),
+    );
     let windows = scaled(3, 2);
     for config in [fast(), fast().reserve(None)] {
         // Without a cap, the most each thread used stays.
         let mut keep = CachingAllocator::with_config(config);
         long_prompt_window(&keep, big, small);
         keep.reset();
-        assert!(keep.stats().bytes_held >= big + small, "{:?}: {}", config.reserve, keep.stats());
+        assert!(
+            keep.stats().bytes_held >= big + small,
+            "{:?}: {}",
+            config.reserve,
+            keep.stats()
+        );
 
         let mut temp = CachingAllocator::with_config(config.retain(Some(cap)));
         for window in 0..windows {
             long_prompt_window(&temp, big, small);
             temp.reset();
             let s = temp.stats();
-            assert!(s.bytes_held <= cap, "{:?}, window {window}: {s}", config.reserve);
+            assert!(
+                s.bytes_held <= cap,
+                "{:?}, window {window}: {s}",
+                config.reserve
+            );
             // Only the excess went: the worker's smaller region kept its memory.
-            assert!(s.bytes_held >= small, "{:?}, window {window}: {s}", config.reserve);
+            assert!(
+                s.bytes_held >= small,
+                "{:?}, window {window}: {s}",
+                config.reserve
+            );
         }
         // Windows that fit under the cap converge, and keep what they use.
         let short = |temp: &CachingAllocator| long_prompt_window(temp, small / 2, small / 2);
@@ -459,11 +544,18 @@ fn the_cache_keeps_idle_memory_within_its_budget_least_recently_used_first() {
     }
     assert_eq!(cache.idle_bytes(), (128 + 384) << 10);
     assert_eq!(cache.stats().system_frees, 1);
-    assert_eq!(cache.evict_idle(400 << 10), 128 << 10, "least recently used first");
+    assert_eq!(
+        cache.evict_idle(400 << 10),
+        128 << 10,
+        "least recently used first"
+    );
     assert_eq!(cache.idle_bytes(), 384 << 10);
     assert_eq!(cache.evict_idle(0), 384 << 10);
     let s = cache.stats();
-    assert_eq!((s.bytes_held, s.system_allocations, s.system_frees), (0, 3, 3));
+    assert_eq!(
+        (s.bytes_held, s.system_allocations, s.system_frees),
+        (0, 3, 3)
+    );
 }
 
 #[test]
@@ -488,7 +580,10 @@ fn dropping_the_allocator_gives_everything_back() {
 fn faults_of_this_thread() -> u64 {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `getrusage` writes one `rusage` where it is told.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) }, 0);
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) },
+        0
+    );
     // SAFETY: it succeeded, so the value is written (and zeroed before).
     unsafe { usage.assume_init() }.ru_minflt as u64
 }
@@ -526,11 +621,17 @@ fn prefaulted_scratch_takes_no_page_fault_in_the_kernel() {
     let slack = (size / system_page() / 64) as u64;
     let config = fast().prefault(true);
     let prefaulted = faults_writing_first_scratch(&CachingAllocator::with_config(config), size);
-    assert!(prefaulted <= slack, "{prefaulted} faults writing {size} prefaulted bytes");
+    assert!(
+        prefaulted <= slack,
+        "{prefaulted} faults writing {size} prefaulted bytes"
+    );
     let mut prewarmed = CachingAllocator::with_config(config);
     prewarmed.prewarm(&Plan::from_regions([size])).unwrap();
     let faults = faults_writing_first_scratch(&prewarmed, size);
-    assert!(faults <= slack, "{faults} faults writing {size} prewarmed bytes");
+    assert!(
+        faults <= slack,
+        "{faults} faults writing {size} prewarmed bytes"
+    );
     // Without it, the kernel takes them: the count sees them (one per huge
     // page where transparent huge pages are always on, so only "some").
     let faults = faults_writing_first_scratch(&CachingAllocator::with_config(fast()), size);
@@ -541,7 +642,11 @@ fn prefaulted_scratch_takes_no_page_fault_in_the_kernel() {
 fn prefaulted_huge_page_regions_take_memory_once() {
     // Under Miri, which has no huge pages and no reservations, a smaller
     // block: prefaulting it and taking it once are the same paths.
-    let (block, request) = if cfg!(miri) { (512 << 10, 384 << 10) } else { (4 << 20, 3 << 20) };
+    let (block, request) = if cfg!(miri) {
+        (512 << 10, 384 << 10)
+    } else {
+        (4 << 20, 3 << 20)
+    };
     let config = fast().prefault(true).huge_pages(true).min_block_size(block);
     let mut temp = CachingAllocator::with_config(config);
     for round in 0..scaled(3, 2) {

@@ -6,15 +6,17 @@ use core::alloc::Layout;
 use core::mem::MaybeUninit;
 
 use tempalloc::{
-    CachingAllocator, CachingConfig, Error, FixedAllocator, FrameVec, KernelContext, ScratchVec, ScratchVecExt,
-    TempAllocator, with_context,
+    CachingAllocator, CachingConfig, Error, FixedAllocator, FrameVec, KernelContext, ScratchVec,
+    ScratchVecExt, TempAllocator, with_context,
 };
 
 /// One million `u32` (fewer under Miri, where it only checks soundness).
 const N: usize = if cfg!(miri) { 2_000 } else { 1_000_000 };
 
 /// Pushes `N` values one by one and checks them.
-fn push_all<A: tempalloc::allocator_api2::alloc::Allocator>(v: &mut tempalloc::allocator_api2::vec::Vec<u32, A>) {
+fn push_all<A: tempalloc::allocator_api2::alloc::Allocator>(
+    v: &mut tempalloc::allocator_api2::vec::Vec<u32, A>,
+) {
     for i in 0..N as u32 {
         v.push(i);
     }
@@ -26,7 +28,10 @@ fn push_all<A: tempalloc::allocator_api2::alloc::Allocator>(v: &mut tempalloc::a
 fn holds_about_the_data(high: usize) {
     let data = N * size_of::<u32>();
     if !cfg!(miri) {
-        assert!(4 * high <= 5 * data, "window high water {high} for {data} bytes");
+        assert!(
+            4 * high <= 5 * data,
+            "window high water {high} for {data} bytes"
+        );
     }
 }
 
@@ -70,7 +75,11 @@ fn a_frame_vec_pushed_to_4_mb_holds_about_4_mb() {
 fn a_fixed_allocator_grows_the_newest_block_in_place() {
     // Under Miri an eighth: a capacity of 1024 still doubles in place eight
     // times, in a buffer still too small for a copy per doubling.
-    let (pushes, capacity) = if cfg!(miri) { (1_000, 8 * 1024) } else { (8_000, 64 * 1024) };
+    let (pushes, capacity) = if cfg!(miri) {
+        (1_000, 8 * 1024)
+    } else {
+        (8_000, 64 * 1024)
+    };
     let mut buf = vec![MaybeUninit::uninit(); capacity];
     let mut temp = FixedAllocator::new(&mut buf);
     let r = with_context(&mut temp, |ctx| {
@@ -101,8 +110,15 @@ fn only_the_newest_block_grows_in_place_and_its_bytes_stay() {
             assert!(!temp.resize_in_place(a, old, 128), "not the newest");
             b.as_ptr().write_bytes(7, 64);
             assert!(temp.resize_in_place(b, old, 1024));
-            assert!(!temp.resize_in_place(b, Layout::from_size_align(1024, 8).unwrap(), 512), "never shrinks");
-            assert!(!temp.resize_in_place(b, Layout::from_size_align(1024, 8).unwrap(), isize::MAX as usize / 2));
+            assert!(
+                !temp.resize_in_place(b, Layout::from_size_align(1024, 8).unwrap(), 512),
+                "never shrinks"
+            );
+            assert!(!temp.resize_in_place(
+                b,
+                Layout::from_size_align(1024, 8).unwrap(),
+                isize::MAX as usize / 2
+            ));
             assert_eq!(*b.as_ptr().add(63), 7);
         }
         // The next request comes after the grown block.

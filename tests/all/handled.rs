@@ -23,7 +23,8 @@ fn fallback(ctx: &KernelContext) -> Result<usize, Error> {
             "{:?}",
             ctx.failure()
         );
-        v.try_reserve_exact(4096).map_err(|_| Error::NoTempAllocator)?;
+        v.try_reserve_exact(4096)
+            .map_err(|_| Error::NoTempAllocator)?;
     }
     v.resize(v.capacity(), 1);
     Ok(v.len())
@@ -79,7 +80,10 @@ fn a_frame_whose_frame_vec_refusal_was_handled_is_ok() {
         // keeps the value for later instead.
         let pending = inf.kernel(|_ctx| {
             let e = (0..64).try_for_each(|i| tokens.try_push(i)).unwrap_err();
-            assert!(matches!(e, Error::FrameSuspended { depth: 1, open: 2 }), "{e}");
+            assert!(
+                matches!(e, Error::FrameSuspended { depth: 1, open: 2 }),
+                "{e}"
+            );
             Ok::<_, Error>(7)
         })?;
         tokens.try_push(pending)?;

@@ -33,7 +33,9 @@ fn a_hash_map_in_scratch_makes_no_system_allocation_after_warm_up() {
     // Under Miri a tenth of the tokens, each still seen 4 times: a table
     // in scratch all the same, at a tenth of the hashing.
     let tokens = if cfg!(miri) { 50 } else { 500 };
-    let history: Vec<u32> = (0..4 * tokens).map(|i| (i * 7919 % tokens) as u32).collect();
+    let history: Vec<u32> = (0..4 * tokens)
+        .map(|i| (i * 7919 % tokens) as u32)
+        .collect();
     let mut temp = CachingAllocator::new();
     let step = |temp: &mut CachingAllocator| {
         let mut logits = vec![0.0f32; 512];
@@ -47,7 +49,11 @@ fn a_hash_map_in_scratch_makes_no_system_allocation_after_warm_up() {
     let first = step(&mut temp);
     // Every token below 500 appears 4 times in the 2000 (7919 is coprime to
     // 500, and to 50).
-    assert!(first[..tokens].iter().all(|&l| l == -2.0), "{:?}", &first[..4]);
+    assert!(
+        first[..tokens].iter().all(|&l| l == -2.0),
+        "{:?}",
+        &first[..4]
+    );
     assert!(first[tokens..].iter().all(|&l| l == 0.0));
     let warm = temp.stats();
     // Under Miri two windows after the warm-up are enough to see none

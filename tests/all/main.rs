@@ -19,44 +19,72 @@ mod patterns;
 mod stats;
 mod typed;
 
-/// Puts `#[cfg(feature = "std")]` on each module it is given.
-macro_rules! with_std {
-    ($($item:item)*) => { $( #[cfg(feature = "std")] $item )* };
-}
-
-// The modules that need the library's `std` allocators.
-with_std! {
-    mod any_temp;
-    mod bad_input;
-    mod budget;
-    mod bump;
-    mod capi;
-    mod capi_checks;
-    mod capi_docs;
-    mod checkpoints;
-    mod context;
-    mod debug_checks;
-    mod errors;
-    mod exact_size_cache;
-    mod fallback;
-    mod faults;
-    mod grow_in_place;
-    mod handled;
-    mod footprint;
-    mod hashbrown_map;
-    mod leaks;
-    mod malloc;
-    mod model;
-    mod plan;
-    mod recording;
-    mod refusals;
-    mod replay_cli;
-    mod scenarios;
-    mod sessions;
-    mod stress;
-    mod testing;
-    mod threads;
-    mod trace;
-    mod vec_in;
-    mod work;
-}
+// The modules that need the library's `std` allocators, each with its own
+// `cfg` (not a macro around them all: rustfmt formats only the modules it
+// can see declared).
+#[cfg(feature = "std")]
+mod any_temp;
+#[cfg(feature = "std")]
+mod bad_input;
+#[cfg(feature = "std")]
+mod budget;
+#[cfg(feature = "std")]
+mod bump;
+#[cfg(feature = "std")]
+mod capi;
+#[cfg(feature = "std")]
+mod capi_checks;
+#[cfg(feature = "std")]
+mod capi_docs;
+#[cfg(feature = "std")]
+mod checkpoints;
+#[cfg(feature = "std")]
+mod context;
+#[cfg(feature = "std")]
+mod debug_checks;
+#[cfg(feature = "std")]
+mod errors;
+#[cfg(feature = "std")]
+mod exact_size_cache;
+#[cfg(feature = "std")]
+mod fallback;
+#[cfg(feature = "std")]
+mod faults;
+#[cfg(feature = "std")]
+mod footprint;
+#[cfg(feature = "std")]
+mod grow_in_place;
+#[cfg(feature = "std")]
+mod handled;
+#[cfg(feature = "std")]
+mod hashbrown_map;
+#[cfg(feature = "std")]
+mod leaks;
+#[cfg(feature = "std")]
+mod malloc;
+#[cfg(feature = "std")]
+mod model;
+#[cfg(feature = "std")]
+mod plan;
+#[cfg(feature = "std")]
+mod recording;
+#[cfg(feature = "std")]
+mod refusals;
+#[cfg(feature = "std")]
+mod replay_cli;
+#[cfg(feature = "std")]
+mod scenarios;
+#[cfg(feature = "std")]
+mod sessions;
+#[cfg(feature = "std")]
+mod stress;
+#[cfg(feature = "std")]
+mod testing;
+#[cfg(feature = "std")]
+mod threads;
+#[cfg(feature = "std")]
+mod trace;
+#[cfg(feature = "std")]
+mod vec_in;
+#[cfg(feature = "std")]
+mod work;

@@ -123,7 +123,11 @@ fn next_patterned(i: usize, size: usize) -> usize {
     let step = if cfg!(miri) { 251 } else { 1 };
     let edge = if cfg!(miri) { 16.min(size) } else { size };
     let tail = size.saturating_sub(edge).max(edge);
-    if i < edge || i >= tail { i + 1 } else { (i + step).min(tail) }
+    if i < edge || i >= tail {
+        i + 1
+    } else {
+        (i + step).min(tail)
+    }
 }
 
 fn byte(tag: u64, i: usize) -> u8 {
@@ -149,7 +153,12 @@ impl Buf {
         let bytes = unsafe { std::slice::from_raw_parts(self.ptr, self.size) };
         let mut i = 0;
         while i < self.size {
-            prop_assert!(bytes[i] == byte(self.tag, i), "buffer {:?} corrupted at byte {}", self, i);
+            prop_assert!(
+                bytes[i] == byte(self.tag, i),
+                "buffer {:?} corrupted at byte {}",
+                self,
+                i
+            );
             i = next_patterned(i, self.size);
         }
         Ok(())

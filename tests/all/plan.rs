@@ -20,7 +20,10 @@ fn padding_is_laid_out_as_a_bump_allocator_does() {
 #[test]
 fn a_window_ends_at_every_reset_and_a_thread_keeps_its_largest() {
     let p = plan("a 100 8\nr\na 300 8\ni\na 200 8\n");
-    assert_eq!((p.regions(), p.threads(), p.windows()), (&[300][..], &[(0, 300)][..], 3));
+    assert_eq!(
+        (p.regions(), p.threads(), p.windows()),
+        (&[300][..], &[(0, 300)][..], 3)
+    );
     assert_eq!(plan("").windows(), 0);
     assert_eq!(plan("r\nr\n").regions(), &[] as &[usize]);
 }
@@ -36,7 +39,10 @@ fn rewinds_recycle_what_came_after_their_checkpoint_on_every_thread() {
     assert_eq!(p.threads(), &[(0, 6000), (1, 900)]);
     assert_eq!(p.regions(), &[6000, 900]);
     // A rewind to a checkpoint never taken (or taken before a reset) is ignored.
-    assert_eq!(plan("c 7\nr\na 64 8\nw 7\nw 9\na 64 8\nr\n").regions(), &[128]);
+    assert_eq!(
+        plan("c 7\nr\na 64 8\nw 7\nw 9\na 64 8\nr\n").regions(),
+        &[128]
+    );
 }
 
 #[test]
@@ -93,14 +99,26 @@ fn bad_requests_are_errors_with_their_numbers() {
     let huge = isize::MAX as usize;
     let overflow = Trace::from(vec![
         Event::Alloc { size: 1, align: 1 },
-        Event::Alloc { size: huge, align: 1 },
+        Event::Alloc {
+            size: huge,
+            align: 1,
+        },
     ]);
-    assert_eq!(overflow.plan(), Err(Error::SizeOverflow { size: huge, align: 1 }));
+    assert_eq!(
+        overflow.plan(),
+        Err(Error::SizeOverflow {
+            size: huge,
+            align: 1
+        })
+    );
     // The same bytes in two windows fit.
     let two = Trace::from(vec![
         Event::Alloc { size: 1, align: 1 },
         Event::Reset,
-        Event::Alloc { size: huge, align: 1 },
+        Event::Alloc {
+            size: huge,
+            align: 1,
+        },
     ]);
     assert_eq!(two.plan().map(|p| p.regions().to_vec()), Ok(vec![huge]));
 }
@@ -156,13 +174,18 @@ fn a_prewarmed_allocator_takes_no_memory_in_its_first_inference() {
         let mut temp = CachingAllocator::with_config(config.prefault(true));
         temp.prewarm(&plan).unwrap();
         let warm = temp.stats();
-        assert!(warm.bytes_held >= plan.total_bytes(), "{threads} threads: {warm}");
+        assert!(
+            warm.bytes_held >= plan.total_bytes(),
+            "{threads} threads: {warm}"
+        );
         for step in 0..3 {
             inference(&temp, threads, step);
             temp.reset();
         }
         let s = temp.stats();
-        assert_eq!(s.system_allocations, warm.system_allocations, "{threads} threads: {s}");
+        assert_eq!(
+            s.system_allocations, warm.system_allocations,
+            "{threads} threads: {s}"
+        );
     }
 }
-

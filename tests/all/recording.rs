@@ -198,7 +198,10 @@ fn traces_written_before_threads_and_checkpoints_still_read() {
             .join("tests/data")
             .join(format!("{name}.head.trace"));
         let text = std::fs::read_to_string(&path).expect("tests/data ships the heads");
-        assert!(text.starts_with("# "), "{name}: the reference's comment line");
+        assert!(
+            text.starts_with("# "),
+            "{name}: the reference's comment line"
+        );
         let trace = tempalloc::trace::Trace::parse(&text).expect("an old trace parses");
         assert!(trace.requests() > 100, "{name}");
     }
@@ -261,10 +264,16 @@ fn resets_with_no_memory_for_the_log_never_abort_nor_go_missing() {
         temp.reset();
         refused
     };
-    assert!(matches!(refused, Some(Error::OutOfMemory { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Some(Error::OutOfMemory { .. })),
+        "{refused:?}"
+    );
     assert_eq!(temp.stats().allocations, served);
     let trace = temp.trace().unwrap();
-    assert_eq!((trace.requests(), trace.events().last()), (served as usize, Some(&Event::Reset)));
+    assert_eq!(
+        (trace.requests(), trace.events().last()),
+        (served as usize, Some(&Event::Reset))
+    );
 
     // Closing events in a row, with no request between them to keep room.
     {
@@ -274,7 +283,11 @@ fn resets_with_no_memory_for_the_log_never_abort_nor_go_missing() {
             temp.reset();
         }
     }
-    assert_eq!(temp.stats().resets, 9, "the inner allocator reset every time");
+    assert_eq!(
+        temp.stats().resets,
+        9,
+        "the inner allocator reset every time"
+    );
     let lost = temp.trace().unwrap_err();
     let Error::OutOfMemory { size, align } = lost else {
         panic!("{lost}");

@@ -18,7 +18,11 @@ struct Clear;
 
 impl Drop for Clear {
     fn drop(&mut self) {
-        for call in [SystemCall::Reserve, SystemCall::Commit, SystemCall::Decommit] {
+        for call in [
+            SystemCall::Reserve,
+            SystemCall::Commit,
+            SystemCall::Decommit,
+        ] {
             refuse_system_calls(call, 0, 0);
         }
     }
@@ -38,7 +42,11 @@ fn refused_reservations_fall_back_to_heap_blocks_that_serve_every_request() {
     for window in 0..windows {
         let ctx = KernelContext::new(&temp);
         let a = fill(ctx.allocate_temp(100_000 / div, 64).unwrap(), 1);
-        let b = fill(ctx.allocate_temp((300_000 + window * 50_000) / div, 4096).unwrap(), 2);
+        let b = fill(
+            ctx.allocate_temp((300_000 + window * 50_000) / div, 4096)
+                .unwrap(),
+            2,
+        );
         let c = fill(ctx.allocate_temp((2 << 20) / div, 64).unwrap(), 3);
         check(a, 1);
         check(b, 2);
@@ -66,7 +74,12 @@ fn a_refused_commit_moves_the_region_and_loses_nothing() {
     // On heap blocks there is no commit to refuse: the region moved to a
     // larger block all the same.
     let refusals = u64::from(crate::scenarios::mapped());
-    assert_eq!(temp.cache().stats().refusals, refusals, "{}", temp.cache().stats());
+    assert_eq!(
+        temp.cache().stats().refusals,
+        refusals,
+        "{}",
+        temp.cache().stats()
+    );
     check(a, 1);
     check(b, 2);
     let c = fill(ctx.allocate_temp(1 << 20, 64).unwrap(), 3);

@@ -49,7 +49,10 @@ fn plan_prints_what_each_thread_and_region_must_hold() {
 fn plan_of_several_traces_is_the_library_plan_of_each_in_order() {
     let file = trace_file("plan-several.trace", TRACE);
     let text = stdout(&replay(&["--plan", "steady", &file]));
-    let steady = tempalloc::trace::workload("steady").unwrap().plan().unwrap();
+    let steady = tempalloc::trace::workload("steady")
+        .unwrap()
+        .plan()
+        .unwrap();
     let mine = Trace::parse(TRACE).unwrap().plan().unwrap();
     assert_eq!(text, format!("# steady\n{steady}# {file}\n{mine}"));
 }
@@ -73,7 +76,10 @@ fn plan_as_json_is_one_line_per_trace_with_every_number() {
             "threads": { "0": 1000, "1": 4096 },
         })
     );
-    let decode = tempalloc::trace::workload("decode").unwrap().plan().unwrap();
+    let decode = tempalloc::trace::workload("decode")
+        .unwrap()
+        .plan()
+        .unwrap();
     assert_eq!(lines[1]["trace"], "decode");
     assert_eq!(lines[1]["windows"], decode.windows());
     assert_eq!(lines[1]["regions"], serde_json::json!(decode.regions()));

@@ -54,15 +54,16 @@ pub const HEAP_BLOCKS_ONLY: bool = cfg!(any(miri, not(any(unix, windows))));
 /// refused system calls reach.
 pub fn mapped() -> bool {
     static MAPPED: OnceLock<bool> = OnceLock::new();
-    !HEAP_BLOCKS_ONLY && *MAPPED.get_or_init(|| {
-        std::thread::spawn(|| {
-            let temp = CachingAllocator::with_config(fast());
-            KernelContext::new(&temp).allocate_temp(1, 1).unwrap();
-            temp.cache().stats().reservations > 0
+    !HEAP_BLOCKS_ONLY
+        && *MAPPED.get_or_init(|| {
+            std::thread::spawn(|| {
+                let temp = CachingAllocator::with_config(fast());
+                KernelContext::new(&temp).allocate_temp(1, 1).unwrap();
+                temp.cache().stats().reservations > 0
+            })
+            .join()
+            .unwrap()
         })
-        .join()
-        .unwrap()
-    })
 }
 
 /// The first window that the footprint bounds (held within 12.5% and a
@@ -98,7 +99,10 @@ pub fn range(buf: &[u8]) -> (usize, usize) {
 /// Runs `work(t, barrier)` on each of `threads` fresh threads, all alive
 /// at once (`barrier` waits for all of them), and returns what each
 /// returned, in thread order.
-pub fn fresh_threads<R: Send>(threads: usize, work: impl Fn(usize, &Barrier) -> R + Sync) -> Vec<R> {
+pub fn fresh_threads<R: Send>(
+    threads: usize,
+    work: impl Fn(usize, &Barrier) -> R + Sync,
+) -> Vec<R> {
     let barrier = Barrier::new(threads);
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
@@ -137,12 +141,19 @@ pub fn all_at_once(
 /// Each of `threads` fresh threads takes a buffer of `size` bytes and exits
 /// before the next starts, leaving its scratch live (until the next rewind
 /// or reset). Returns every buffer's range.
-pub fn one_after_another(temp: &CachingAllocator, threads: usize, size: usize) -> Vec<(usize, usize)> {
+pub fn one_after_another(
+    temp: &CachingAllocator,
+    threads: usize,
+    size: usize,
+) -> Vec<(usize, usize)> {
     std::thread::scope(|s| {
         (0..threads)
             .map(|t| {
                 let worker = s.spawn(move || {
-                    range(fill(KernelContext::new(temp).allocate_temp(size, 64).unwrap(), t))
+                    range(fill(
+                        KernelContext::new(temp).allocate_temp(size, 64).unwrap(),
+                        t,
+                    ))
                 });
                 worker.join().unwrap()
             })
@@ -170,7 +181,8 @@ pub fn persistent<R: Send>(
     let results = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for t in 0..threads {
-            let (temp, start, end, stop, work, results) = (&temp, &start, &end, &stop, &work, &results);
+            let (temp, start, end, stop, work, results) =
+                (&temp, &start, &end, &stop, &work, &results);
             s.spawn(move || {
                 for w in 0..windows {
                     start.wait();
@@ -190,7 +202,8 @@ pub fn persistent<R: Send>(
             done.sort_by_key(|(t, _)| *t);
             let done: Result<Vec<R>, _> = done.into_iter().map(|(_, r)| r).collect();
             let mut temp = temp.write().unwrap_or_else(PoisonError::into_inner);
-            let ended = done.and_then(|done| catch_unwind(AssertUnwindSafe(|| after(&mut temp, w, done))));
+            let ended =
+                done.and_then(|done| catch_unwind(AssertUnwindSafe(|| after(&mut temp, w, done))));
             if let Err(panic) = ended {
                 // Release the workers waiting for the next window, then fail.
                 stop.store(true, Relaxed);

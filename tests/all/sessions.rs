@@ -56,12 +56,19 @@ fn switching_between_allocators_reserves_address_space_once() {
     }
     // One reservation each, however many switches; a third allocator still
     // gets one of its own.
-    assert_eq!(a.cache().stats().reservations, b.cache().stats().reservations);
+    assert_eq!(
+        a.cache().stats().reservations,
+        b.cache().stats().reservations
+    );
     assert!(a.cache().stats().reservations <= 1, "{}", a.cache().stats());
     let c = CachingAllocator::with_config(cfg());
     KernelContext::new(&c).allocate_temp(64, 8).unwrap();
     let s = c.cache().stats();
-    let region = if crate::scenarios::mapped() { (1, 0) } else { (0, 1) };
+    let region = if crate::scenarios::mapped() {
+        (1, 0)
+    } else {
+        (0, 1)
+    };
     assert_eq!((s.reservations, s.heap_blocks), region, "{s}");
 }
 
@@ -242,4 +249,3 @@ fn shared_cache_books_balance_under_faults() {
         fail_nth_allocation(&cache, 0);
     }
 }
-

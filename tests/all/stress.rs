@@ -84,7 +84,11 @@ impl<'a> Buf<'a> {
         // which Miri does in one step, not a loop it interprets per byte.
         // Every byte is compared all the same.
         let byte = self.id as u8;
-        if cfg!(miri) && self.bytes[head..].chunks(64).all(|c| c == &[byte; 64][..c.len()]) {
+        if cfg!(miri)
+            && self.bytes[head..]
+                .chunks(64)
+                .all(|c| c == &[byte; 64][..c.len()])
+        {
             return;
         }
         if let Some(i) = self.bytes[head..].iter().position(|&b| b != byte) {

@@ -109,6 +109,9 @@ fn a_failure_injected_into_a_frame_comes_out_and_keeps_earlier_scratch() {
         );
         assert_eq!(kernels_done, n - 2, "n = {n}");
         // The allocator is fine afterwards.
-        assert_eq!(temp.frame(|inf| Ok::<_, Error>(inf.scratch::<u8>(10)?.len())), Ok(10));
+        assert_eq!(
+            temp.frame(|inf| Ok::<_, Error>(inf.scratch::<u8>(10)?.len())),
+            Ok(10)
+        );
     }
 }

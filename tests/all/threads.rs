@@ -12,8 +12,8 @@ use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
 
 use crate::counting::counts;
 use crate::scenarios::{
-    all_at_once, assert_disjoint, fast, fresh_threads, mapped, one_after_another, page, persistent, range, scaled,
-    settled_from,
+    all_at_once, assert_disjoint, fast, fresh_threads, mapped, one_after_another, page, persistent,
+    range, scaled, settled_from,
 };
 use crate::util::{Lcg, check, fill};
 
@@ -59,7 +59,10 @@ fn fresh_threads_every_window_reuse_the_memory_of_the_last() {
         // One request per thread: a mapped region's first commit, or one
         // heap block of its size class, either way within 1.25x.
         let live = threads * size;
-        assert!(s.bytes_held as f64 <= 1.25 * live as f64, "window {window}: {s}");
+        assert!(
+            s.bytes_held as f64 <= 1.25 * live as f64,
+            "window {window}: {s}"
+        );
         temp.reset();
     }
 }
@@ -90,7 +93,10 @@ fn memory_held_follows_the_threads_of_one_window_not_the_threads_ever_seen() {
         let allocs = fresh_threads_counting(&temp, threads, size);
         let s = temp.stats();
         assert!(s.bytes_held > held, "{threads} threads: {s}");
-        assert!(allocs > 0, "{threads} threads: a new region is an allocation");
+        assert!(
+            allocs > 0,
+            "{threads} threads: a new region is an allocation"
+        );
         held = s.bytes_held;
         temp.reset();
     }
@@ -101,7 +107,10 @@ fn memory_held_follows_the_threads_of_one_window_not_the_threads_ever_seen() {
         let threads = 1 + window % most;
         let allocs = fresh_threads_counting(&temp, threads, size);
         let s = temp.stats();
-        assert_eq!(allocs, 0, "window {window}, {threads} threads: a new region");
+        assert_eq!(
+            allocs, 0,
+            "window {window}, {threads} threads: a new region"
+        );
         assert_eq!(
             (s.bytes_held, s.system_allocations),
             (warm.bytes_held, warm.system_allocations),
@@ -119,12 +128,26 @@ fn fresh_threads_with_unequal_shares_hold_at_most_the_largest_share_each() {
     // region can grow to the largest share ("Shares that vary"), and a
     // limit of the largest share plus a step per thread serves.
     let (big, small) = (scaled(64, 8) * page(), scaled(4, 1) * page());
-    let step = |share: usize| if mapped() { share + (share / 8).max(page()) } else { 2 * share + page() };
+    let step = |share: usize| {
+        if mapped() {
+            share + (share / 8).max(page())
+        } else {
+            2 * share + page()
+        }
+    };
     for busiest_first in [true, false] {
-        let bound = if busiest_first { step(big) + step(small) } else { 2 * step(big) };
+        let bound = if busiest_first {
+            step(big) + step(small)
+        } else {
+            2 * step(big)
+        };
         let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(bound)));
         for window in 0..4 {
-            let order = if busiest_first || window % 2 == 0 { [big, small] } else { [small, big] };
+            let order = if busiest_first || window % 2 == 0 {
+                [big, small]
+            } else {
+                [small, big]
+            };
             for (t, share) in order.into_iter().enumerate() {
                 // One after the other: an exited thread keeps its region
                 // leased until the reset, so the second leases another.
@@ -143,7 +166,10 @@ fn fresh_threads_with_unequal_shares_hold_at_most_the_largest_share_each() {
             }
             temp.reset();
             let held = temp.stats().bytes_held;
-            assert!(held <= bound, "busiest first {busiest_first}, window {window}: {held} held, bound {bound}");
+            assert!(
+                held <= bound,
+                "busiest first {busiest_first}, window {window}: {held} held, bound {bound}"
+            );
         }
     }
 }
@@ -156,9 +182,14 @@ fn a_thread_that_exits_mid_window_keeps_its_region_until_the_reset() {
     let size = scaled(1 << 20, 32 << 10);
     let mut temp = fast_allocator();
     let exited = std::thread::scope(|s| {
-        s.spawn(|| fill(KernelContext::new(&temp).allocate_temp(size, 64).unwrap(), 77))
-            .join()
-            .unwrap()
+        s.spawn(|| {
+            fill(
+                KernelContext::new(&temp).allocate_temp(size, 64).unwrap(),
+                77,
+            )
+        })
+        .join()
+        .unwrap()
     });
     let mut ranges = all_at_once(&temp, 3, 1, size);
     ranges.push(range(exited));
@@ -199,7 +230,11 @@ fn workers_that_exit_early_keep_their_scratch_until_the_rewind() {
             let s = temp.stats();
             assert_eq!(s.bytes_live, threads * size, "kernel {kernel}: {s}");
             let after = *warm.get_or_insert((s.system_allocations, s.bytes_held));
-            assert_eq!((s.system_allocations, s.bytes_held), after, "kernel {kernel}: {s}");
+            assert_eq!(
+                (s.system_allocations, s.bytes_held),
+                after,
+                "kernel {kernel}: {s}"
+            );
             temp.rewind(cp).unwrap();
             if kernel % 4 == 3 {
                 temp.reset();
@@ -265,7 +300,11 @@ fn fresh_and_persistent_threads_together_never_share_a_region() {
         |temp, w, ranges| {
             assert_disjoint(ranges.concat());
             let s = temp.stats();
-            assert_eq!(s.allocations, ((w + 1) * 2 * pool * buffers) as u64, "window {w}: {s}");
+            assert_eq!(
+                s.allocations,
+                ((w + 1) * 2 * pool * buffers) as u64,
+                "window {w}: {s}"
+            );
             if w >= settled_from() {
                 let per_thread = size + size / 8 + page();
                 assert!(s.bytes_held <= 2 * pool * per_thread, "window {w}: {s}");
@@ -325,8 +364,9 @@ fn stats_read_while_fresh_and_persistent_threads_allocate_count_every_request() 
                 while !started.load(Relaxed) {
                     std::thread::yield_now();
                 }
-                let others: Vec<_> =
-                    (0..fresh).map(|f| s.spawn(move || random_requests(temp, seed + 10 * f as u64 + 10, n))).collect();
+                let others: Vec<_> = (0..fresh)
+                    .map(|f| s.spawn(move || random_requests(temp, seed + 10 * f as u64 + 10, n)))
+                    .collect();
                 let mut served = random_requests(temp, seed, n);
                 served += others.into_iter().map(|o| o.join().unwrap()).sum::<u64>();
                 reading.store(false, Relaxed);

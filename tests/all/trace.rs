@@ -187,9 +187,12 @@ struct Fingerprint {
 
 impl Fingerprint {
     fn of(trace: &Trace) -> Self {
-        let fnv1a = trace.to_string().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
+        let fnv1a = trace
+            .to_string()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
         Fingerprint {
             events: trace.len(),
             requests: trace.requests(),
@@ -237,7 +240,8 @@ fn reference_data_is_rewritten_from_the_traces_when_asked() {
     );
     for name in ["steady", "decode", "mixed"] {
         let path = PathBuf::from(&dir).join(format!("{name}.trace"));
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let f = Fingerprint::of(&Trace::parse(&text).expect("a reference trace parses"));
         table += &format!(
             "{name} {} {} {} {:016x}\n",
@@ -257,7 +261,11 @@ fn matches_the_reference(name: &str, generated: &Trace) {
     for (i, (g, r)) in generated.events().iter().zip(head.events()).enumerate() {
         assert_eq!(g, r, "{name}: event {i}");
     }
-    assert_eq!(Fingerprint::of(generated), reference_fingerprint(name), "{name}");
+    assert_eq!(
+        Fingerprint::of(generated),
+        reference_fingerprint(name),
+        "{name}"
+    );
 }
 
 #[test]

@@ -6,9 +6,11 @@
 //! most 1.25x the window high-water mark `Stats` reports, with no system
 //! allocation from the third inference on, at 1, 2, 4 and 8 workers.
 
-use rayon::prelude::*;
 use rayon::ThreadPool;
-use tempalloc::{CachingAllocator, Error, Frame, FrameVec, KernelContext, ScratchVecExt, Stats, TempAllocator};
+use rayon::prelude::*;
+use tempalloc::{
+    CachingAllocator, Error, Frame, FrameVec, KernelContext, ScratchVecExt, Stats, TempAllocator,
+};
 
 use crate::scenarios::{fast, scaled};
 
@@ -39,10 +41,12 @@ fn inference(inf: &mut Frame<'_, CachingAllocator>, pool: &ThreadPool) -> Result
         let act = inf.scratch::<f32>(ROWS * WIDTH)?;
         inf.kernel(|ctx| {
             pool.install(|| {
-                act.par_chunks_mut(WIDTH).enumerate().try_for_each(|(r, out)| {
-                    out.fill(row(ctx, input, r)?);
-                    Ok(())
-                })
+                act.par_chunks_mut(WIDTH)
+                    .enumerate()
+                    .try_for_each(|(r, out)| {
+                        out.fill(row(ctx, input, r)?);
+                        Ok(())
+                    })
             })
         })?;
         means.try_push(act.iter().sum::<f32>() / act.len() as f32)?;
@@ -64,7 +68,10 @@ enum Place {
 /// Runs `INFERENCES` inferences at `workers` workers and returns the
 /// stats after each.
 fn run(workers: usize, place: Place) -> Vec<Stats> {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(workers).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .unwrap();
     let mut temp = CachingAllocator::with_config(fast());
     let mut seen = Vec::new();
     let mut expected = None;
@@ -85,7 +92,10 @@ fn run(workers: usize, place: Place) -> Vec<Stats> {
 /// allocations of each inference from the third on, at 1, 2, 4 and 8
 /// workers: every count is run and reported before any is asserted.
 fn check(place: Place) {
-    let failed: Vec<String> = [1, 2, 4, 8].into_iter().filter_map(|workers| held(workers, place).err()).collect();
+    let failed: Vec<String> = [1, 2, 4, 8]
+        .into_iter()
+        .filter_map(|workers| held(workers, place).err())
+        .collect();
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
@@ -93,13 +103,21 @@ fn held(workers: usize, place: Place) -> Result<(), String> {
     let seen = run(workers, place);
     let last = seen.last().unwrap();
     let held = last.bytes_held as f64 / last.window_high_water as f64;
-    let after: Vec<u64> = seen.windows(2).skip(1).map(|w| w[1].system_allocations - w[0].system_allocations).collect();
+    let after: Vec<u64> = seen
+        .windows(2)
+        .skip(1)
+        .map(|w| w[1].system_allocations - w[0].system_allocations)
+        .collect();
     let report = format!(
         "{place:?}, {workers} workers: held {} for a window of {} ({held:.2}x); system allocations per inference from the third: {after:?}",
         last.bytes_held, last.window_high_water
     );
     eprintln!("{report}");
-    if held <= 1.25 && after.iter().all(|&n| n == 0) { Ok(()) } else { Err(report) }
+    if held <= 1.25 && after.iter().all(|&n| n == 0) {
+        Ok(())
+    } else {
+        Err(report)
+    }
 }
 
 #[test]
@@ -147,7 +165,8 @@ fn an_inference_on_whichever_thread_is_held_once() {
         let mut turns = Vec::new();
         let seen = std::thread::scope(|s| {
             for _ in 0..threads {
-                let (turn, mine): (Sender<CachingAllocator>, Receiver<CachingAllocator>) = channel();
+                let (turn, mine): (Sender<CachingAllocator>, Receiver<CachingAllocator>) =
+                    channel();
                 turns.push(turn);
                 let back = back.clone();
                 s.spawn(move || {
@@ -173,9 +192,17 @@ fn an_inference_on_whichever_thread_is_held_once() {
         let last = seen.last().unwrap().1;
         let window = seen.iter().map(|(_, s)| s.window_high_water).max().unwrap();
         let allocations: Vec<u64> = seen.iter().map(|(_, s)| s.system_allocations).collect();
-        let report = format!("{threads} threads: held {} for a window of {window}; system allocations {allocations:?}", last.bytes_held);
+        let report = format!(
+            "{threads} threads: held {} for a window of {window}; system allocations {allocations:?}",
+            last.bytes_held
+        );
         assert!(last.bytes_held as f64 <= 1.25 * window as f64, "{report}");
         // Every thread ran a frame by the second round; nothing taken since.
-        assert!(allocations[threads..].iter().all(|&n| n == allocations[threads - 1]), "{report}");
+        assert!(
+            allocations[threads..]
+                .iter()
+                .all(|&n| n == allocations[threads - 1]),
+            "{report}"
+        );
     }
 }
