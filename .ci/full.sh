@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Everything .ci/run checks, with the sets it narrows for CI's time at their
 # full size (docs/reliability.md, "CI time" says which): Miri's tree-borrows
-# and i686 runs on every test that drives unsafe code, and every OS test
-# under qemu-aarch64. Run it before a release and after changing unsafe
-# code, the OS layer or the lease protocol; it takes about twice CI's time.
+# and i686 runs on every test that drives unsafe code. Run it before a
+# release and after changing unsafe code or the lease protocol.
 #
 #   bash .ci/full.sh
 set -euo pipefail

@@ -12,8 +12,6 @@
 #   pages    the OS tests on the host with TEMPALLOC_PAGE_SIZE=16384 and 65536
 #   shim     the OS tests under an LD_PRELOAD shim that makes the system calls
 #            act like a 16 KiB and a 64 KiB page kernel
-#            (these three: of the integration tests, $CALL_TESTS; all of
-#            them with CI_FULL=1)
 #   ulimit   the OS tests in a 4 GB address space (ulimit -v)
 #   fallback the OS tests with every reservation refused (TEMPALLOC_RESERVE=off):
 #            heap blocks everywhere, as where nothing can be reserved
@@ -34,18 +32,6 @@ out=$root/target/platforms
 # promise modules. The lib's unit tests run whole as well. Extend this list
 # when a module that reserves, commits or decommits memory is added.
 OS_TESTS="frames:: stress:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: refusals:: plan:: work::"
-# The modules that make each kind of system call (reserve, commit,
-# decommit, give back, a refusal and the fallback after it), without those
-# that repeat the same calls from many threads (stress:: threads::
-# sessions:: work::). CI runs these where a step checks the calls
-# themselves, not what threads do with them: under qemu (which runs the
-# guest's atomics as the host's, so it cannot show an ordering bug that x86
-# hides; the many-thread modules were most of its time) and under the page
-# size variable and shim. Windows, ulimit (many regions at once) and the
-# heap-block fallback run every OS test; `.ci/full.sh` (CI_FULL=1) runs
-# every OS test in every step.
-CALL_TESTS="frames:: footprint:: budget:: checkpoints:: fallback:: refusals:: plan::"
-[ -z "${CI_FULL:-}" ] || CALL_TESTS=$OS_TESTS
 
 # The page sizes of the kernels tempalloc must handle besides 4 KiB: Apple
 # Silicon, iOS and Android 15+ (16 KiB), some arm64 servers (64 KiB).
@@ -107,8 +93,8 @@ build_c() {
 run_os_tests() {
     local rc=0
     cargo test "$@" --lib -- -q || rc=1
-    # shellcheck disable=SC2086 # a list of filters
-    cargo test "$@" --test all -- -q ${TESTS:-$OS_TESTS} || rc=1
+    # shellcheck disable=SC2086 # OS_TESTS is a list of filters
+    cargo test "$@" --test all -- -q $OS_TESTS || rc=1
     cargo test "$@" --test resident -- -q || rc=1
     return $rc
 }
@@ -222,7 +208,7 @@ step_aarch64() {
     export CFLAGS_aarch64_unknown_linux_gnu=--target=aarch64-linux-gnu
     export CXXFLAGS_aarch64_unknown_linux_gnu=--target=aarch64-linux-gnu
     export AR_aarch64_unknown_linux_gnu=llvm-ar
-    TESTS=$CALL_TESTS run_os_tests --target $target
+    run_os_tests --target $target
 }
 
 # The logical page: TEMPALLOC_PAGE_SIZE makes the crate use a larger page
@@ -237,7 +223,7 @@ step_pages() {
         echo "-- TEMPALLOC_PAGE_SIZE=$page"
         rm -f "$log"
         export TEMPALLOC_PAGE_SIZE=$page PAGEWATCH_LOG=$log "$host_runner=env LD_PRELOAD=$watch"
-        TESTS=$CALL_TESTS run_os_tests || rc=1
+        run_os_tests || rc=1
         while read -r line; do
             echo "$line"
             used=$(sed -n 's/.*multiple of \([0-9]*\) bytes.*/\1/p' <<<"$line")
@@ -263,7 +249,7 @@ step_shim() {
         # The shim must refuse before its passing tests mean anything.
         PAGESIZE_SHIM_QUIET=1 LD_PRELOAD=$so "$out/pagesize_check" "$page"
         export "$host_runner=env LD_PRELOAD=$so"
-        TESTS=$CALL_TESTS run_os_tests || rc=1
+        run_os_tests || rc=1
     done
     return $rc
 }
