@@ -16,8 +16,6 @@
 # tests have changed much: `cp target/miri-logs/times .ci/miri-times`).
 #
 #   bash .ci/miri.sh [RUN...]        (no RUN: all four)
-#   CI_FULL=1 bash .ci/miri.sh       (tree borrows and i686 on every module
-#                                     that drives unsafe code; .ci/full.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -25,24 +23,13 @@ export CARGO_TERM_COLOR=never
 # The modules that drive unsafe code (the allocators, the context,
 # checkpoints, threads, the property model, the debug checks); trace
 # parsing, the baseline model and the input tables are safe code that the
-# stacked-borrows run covers. In CI, tree borrows runs the modules that reach
-# each unsafe path (every allocator, region growth, refusal and reclaim,
-# leases passed between threads, checkpoints, frames, faults) and leaves out
-# those that repeat the same paths at larger sizes or from more threads
-# (footprint::, fallback::, which under Miri is every test's heap-block
-# path, stress::, plan::, work::); .ci/full.sh (CI_FULL=1) runs them all.
-TB_TESTS="os:: threads:: budget:: checkpoints:: sessions:: frames:: fixed:: failure:: context:: malloc:: bump:: recording:: model:: debug_checks:: faults::"
-TB_FULL="$TB_TESTS footprint:: fallback:: plan:: stress:: work::"
+# stacked-borrows run covers.
+TB_TESTS="os:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: plan:: frames:: fixed:: failure:: context:: malloc:: bump:: recording:: model:: stress:: debug_checks:: faults:: work::"
 # What depends on the pointer width: the caching allocator's size classes,
 # per-window counters and budget arithmetic (`util::HUGE` at `1 << 30`),
 # sizes that overflow a 32-bit usize, and FixedAllocator and frames, whose
-# users are 32-bit microcontrollers. CI leaves out the modules that repeat
-# those paths (as above); .ci/full.sh runs them.
-I686_TESTS="budget:: checkpoints:: bad_input:: fixed:: frames:: threads::"
-I686_FULL="$I686_TESTS footprint:: fallback:: stress:: work::"
-if [ -n "${CI_FULL:-}" ]; then
-    TB_TESTS=$TB_FULL I686_TESTS=$I686_FULL
-fi
+# users are 32-bit microcontrollers.
+I686_TESTS="footprint:: threads:: budget:: checkpoints:: bad_input:: fallback:: stress:: fixed:: frames:: work::"
 
 STRICT="-Zmiri-strict-provenance"
 # Each test's seconds under Miri in a recorded run (`RUN SECONDS NAME`), to
