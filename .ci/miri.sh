@@ -103,7 +103,8 @@ awk '
       print $3 >> (out "/" $2 "-" lane ".names") }
     END { printf "miri: lanes balanced to %.0f s and %.0f s of recorded time\n", load[1], load[2] }'
 
-# job NAME: one half of a run, by exact names; its seconds into NAME.secs.
+# job NAME (RUN-LANE): a lane's share of a run, by exact names; its seconds
+# into NAME.secs.
 job() {
     local name=$1 run=${1%-*} t0 rc=0
     t0=$(date +%s)
@@ -114,12 +115,12 @@ job() {
     return $rc
 }
 
-# Two lanes, one per core: the first halves in one, the second in the other.
+# Two lanes, one per core, each running its share of every run in turn.
 lane() {
-    local half=$1 run rc=0
+    local which=$1 run rc=0
     for run in "${runs[@]}"; do
-        [ -s "$out/$run-$half.names" ] || continue
-        job "$run-$half" || rc=1
+        [ -s "$out/$run-$which.names" ] || continue
+        job "$run-$which" || rc=1
     done
     return $rc
 }
