@@ -54,8 +54,8 @@ enum Mutation {
     ReclaimWithoutCas,
     /// `reset` does not start a new window token.
     KeepWindow,
-    /// A thread moves to idle room even with scratch in its region, which
-    /// becomes FREE with something live in it.
+    /// A thread that moves on with scratch in its region (at the region
+    /// cap) makes that region FREE with something live in it.
     MoveWithScratch,
 }
 
@@ -244,6 +244,12 @@ struct Allocator {
     held: AtomicUsize,
     /// `max_bytes`, in units.
     limit: usize,
+    /// `CachingConfig::region_cap`, in units. (The allocator moves on at the
+    /// cap only without a limit; the model has both at once, to check the
+    /// moves and the reclaims in one run: the leases are the same.)
+    cap: usize,
+    /// Regions made by threads moving on at the cap.
+    made_at_cap: AtomicUsize,
     mutation: Mutation,
     coverage: Arc<Coverage>,
 }
@@ -272,9 +278,12 @@ enum Event {
     OverBudget,
     /// A thread with nothing in its region moved to a FREE one with room.
     MovedToIdle,
+    /// A thread at the region cap, with scratch in its region, moved on to
+    /// another region and kept its own.
+    MovedOn,
 }
 
-const EVENTS: usize = 8;
+const EVENTS: usize = 9;
 
 /// Counts of each [`Event`], over the runs that share it.
 #[derive(Default)]
@@ -301,6 +310,8 @@ impl Allocator {
             regions: Mutex::new(Vec::new()),
             held: AtomicUsize::new(0),
             limit,
+            cap: 1,
+            made_at_cap: AtomicUsize::new(0),
             mutation,
             coverage,
         })
@@ -332,9 +343,9 @@ impl Allocator {
             return Ok(());
         }
         let empty = region.cursor.load(Relaxed) == 0;
-        if empty || self.mutation == Mutation::MoveWithScratch {
-            if let Some(idle) = self.move_to_idle(t, &region, units) {
-                region = idle;
+        if empty || region.held() >= self.cap {
+            if let Some(next) = self.move_on(t, &region, units, empty) {
+                region = next;
                 if region.bump(t.serial, window, units) {
                     return Ok(());
                 }
@@ -390,30 +401,48 @@ impl Allocator {
         fresh
     }
 
-    /// `CachingAllocator::move_to_idle`: under the lock, the smallest FREE
+    /// `CachingAllocator::move_on`: under the lock, the smallest FREE
     /// region whose room serves `units`, leased to the thread in place of
-    /// `region` (which has nothing in it), which becomes FREE.
-    fn move_to_idle(
+    /// `region`; an `empty` region becomes FREE, one with scratch in it (at
+    /// the cap) stays the thread's. At the cap with no such region, a new
+    /// one; an empty region with none stays (`None`).
+    fn move_on(
         &self,
         t: &mut Thread,
         region: &Arc<Region>,
         units: usize,
+        empty: bool,
     ) -> Option<Arc<Region>> {
-        let regions = self.regions.lock().unwrap();
-        loop {
+        let mut regions = self.regions.lock().unwrap();
+        let next = loop {
             let idle = regions
                 .iter()
                 .filter(|r| !Arc::ptr_eq(r, region) && r.is_free() && r.held() >= units)
                 .min_by_key(|r| r.held())
-                .cloned()?;
-            if idle.lease(t.serial, self.mutation) {
-                region.unlease();
-                t.region = Some(Arc::clone(&idle));
-                self.coverage.note(Event::MovedToIdle);
-                return Some(idle);
+                .cloned();
+            match idle {
+                Some(idle) if idle.lease(t.serial, self.mutation) => break idle,
+                Some(_) => self.coverage.note(Event::LookedAgain),
+                None if empty => return None,
+                None => {
+                    let fresh = Region::new(regions.len(), t.serial);
+                    regions.push(Arc::clone(&fresh));
+                    self.made_at_cap.fetch_add(1, Relaxed);
+                    break fresh;
+                }
             }
-            self.coverage.note(Event::LookedAgain);
+        };
+        if empty || self.mutation == Mutation::MoveWithScratch {
+            region.unlease();
         }
+        let event = if empty {
+            Event::MovedToIdle
+        } else {
+            Event::MovedOn
+        };
+        self.coverage.note(event);
+        t.region = Some(Arc::clone(&next));
+        Some(next)
     }
 
     /// `Leased::grow` (in place) and `BlockCache`'s charge: `units` more
@@ -561,10 +590,14 @@ impl Allocator {
             "{held} units held over a limit of {}",
             self.limit
         );
+        // A region for each thread of the busiest window, and one for each
+        // move at the cap that found no FREE region with the room.
+        let most = most_threads_in_a_window + self.made_at_cap.load(Relaxed);
         assert!(
-            regions.len() <= most_threads_in_a_window,
-            "{} regions for at most {most_threads_in_a_window} threads in a window",
-            regions.len()
+            regions.len() <= most,
+            "{} regions for at most {most_threads_in_a_window} threads in a window and {} moves at the cap",
+            regions.len(),
+            most - most_threads_in_a_window
         );
     }
 }
@@ -636,8 +669,10 @@ fn scenario(mutation: Mutation, coverage: &Arc<Coverage>) {
     // Window 3: the regions the rewind freed serve the next threads.
     start.wait();
     fresh(&alloc, &[1, 1]).join().unwrap();
-    // Past its mark: it grows, if the budget lets it (window 2 may have
-    // taken it all); it has scratch in its region, so it does not move.
+    // Past its mark, at the region cap: it moves on to a FREE region with
+    // the room or a new one (which grows if the budget lets it: window 2
+    // may have taken it all), and its own region, with its scratch, stays
+    // its own.
     let _ = alloc.allocate(&mut main, 1);
     end.wait();
     persistent.join().unwrap();

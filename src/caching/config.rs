@@ -31,6 +31,8 @@ pub struct CachingConfig {
     pub reserve: Option<usize>,
     /// See [`retain`](Self::retain()).
     pub retain: Option<usize>,
+    /// See [`region_cap`](Self::region_cap()).
+    pub region_cap: Option<usize>,
     /// See [`debug_checks`](Self::debug_checks()).
     pub debug_checks: bool,
     pub(crate) block: BlockOptions,
@@ -39,7 +41,7 @@ pub struct CachingConfig {
 impl Default for CachingConfig {
     /// First commits sized to the first request, no dedicated chunks, no
     /// hard limit, the platform's reservation size
-    /// (README, "Platforms"), no retain cap, no prefault, no huge pages;
+    /// (README, "Platforms"), no retain cap, no region cap, no prefault, no huge pages;
     /// debug checks in debug builds only.
     fn default() -> Self {
         CachingConfig {
@@ -48,6 +50,7 @@ impl Default for CachingConfig {
             max_bytes: None,
             reserve: Some(region_reserve()),
             retain: None,
+            region_cap: None,
             debug_checks: cfg!(debug_assertions),
             block: BlockOptions::default(),
         }
@@ -172,6 +175,40 @@ impl CachingConfig {
     #[must_use]
     pub fn retain(mut self, bytes: Option<usize>) -> Self {
         self.retain = bytes;
+        self
+    }
+
+    /// Memory that follows the work under a work-stealing pool (rayon): a
+    /// thread's region with scratch in it grows to at most `bytes` (whole
+    /// pages; a larger request still gets the room it needs); past that, the
+    /// thread moves on to a FREE region whose committed room serves the
+    /// request, or to a new region, and the one it leaves stays its own until
+    /// the window ends. Regions then stay small and any thread uses any of
+    /// them, so what is held tends to what the window needs at once, not to
+    /// every worker's largest share of a kernel (docs/design.md, "Shares
+    /// that vary"). A region that grows commits up to the cap at once. The
+    /// cost is the allocator's lock each time a thread moves on, and the
+    /// unused tail of each region a thread leaves. About the window's
+    /// high-water mark over four times the workers serves well (16 KiB for
+    /// `tests/all/work.rs`'s 427 KB window at 8 workers). Without a limit
+    /// only: under [`max_bytes`](Self::max_bytes()) each thread grows its
+    /// own region. `None` (the default): a region grows to what its thread
+    /// uses, which suits threads whose shares stay the same.
+    ///
+    /// ```
+    /// use tempalloc::{CachingAllocator, CachingConfig, KernelContext};
+    ///
+    /// let temp = CachingAllocator::with_config(CachingConfig::default().region_cap(Some(16 << 10)));
+    /// let ctx = KernelContext::new(&temp);
+    /// let a = ctx.scratch::<u8>(16 << 10)?; // the region reaches the cap
+    /// let b = ctx.scratch::<u8>(4 << 10)?; // from another region, past a full page
+    /// a[0] = 1;
+    /// b[0] = 2;
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    #[must_use]
+    pub fn region_cap(mut self, bytes: Option<usize>) -> Self {
+        self.region_cap = bytes;
         self
     }
 

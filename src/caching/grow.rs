@@ -99,7 +99,7 @@ impl Leased<'_> {
             if books.commit(
                 m,
                 end,
-                growth(m.committed(), end),
+                growth(m.committed(), end).max(config.region_cap.unwrap_or(0)),
                 config.prefaults(),
                 layout,
             )? {

@@ -159,6 +159,12 @@ pub(super) fn lease_any(regions: &mut Vec<NonNull<Region>>, me: u64) -> Option<N
     if let Some(best) = first(me, best) {
         return Some(NonNull::from(best));
     }
+    lease_new(regions, me)
+}
+
+/// A new region leased to `me`, recorded in `regions` (the allocator's
+/// list, under its lock); `None` when there is no memory for it.
+pub(super) fn lease_new(regions: &mut Vec<NonNull<Region>>, me: u64) -> Option<NonNull<Region>> {
     // Room first, so that a region is never made without its record.
     regions.try_reserve(1).ok()?;
     let fresh = Region::try_new(me)?;

@@ -534,9 +534,9 @@ impl CachingAllocator {
     }
 
     /// Carves `layout` from `region`, or from a FREE region with the room
-    /// if nothing is in `region` yet, else grows `region` first. Returns
-    /// the region that served it too. `shared` is the lock's guard if the
-    /// caller holds it.
+    /// if nothing is in `region` yet (or it reached the region cap), else
+    /// grows `region` first. Returns the region that served it too.
+    /// `shared` is the lock's guard if the caller holds it.
     fn bump_or_grow<'r>(
         &'r self,
         mut region: Leased<'r>,
@@ -553,15 +553,17 @@ impl CachingAllocator {
         }
         // Memory follows the work: a thread with nothing in its region yet
         // moves to room committed and idle this window before the region
-        // grows. (One with scratch in it grows: the room it would take is a
+        // grows, and so does one whose region reached the region cap. (One
+        // with scratch in it otherwise grows: the room it would take is a
         // region the next kernel's threads need.) Not under a limit, whose
         // rule counts on each thread growing its own region (README,
         // `max_bytes`): there the budget rule reclaims idle room instead.
         let limited = self.books.limit.is_some() || self.books.cache.max_bytes().is_some();
-        if !limited && region.is_empty() {
+        let capped = (self.config.region_cap).is_some_and(|cap| region.held() >= cap);
+        if !limited && (capped || region.is_empty()) {
             region = match shared.as_deref_mut() {
-                Some(shared) => self.move_to_idle(shared, region, layout),
-                None => self.move_to_idle(&mut self.lock(), region, layout),
+                Some(shared) => self.move_on(shared, region, layout)?,
+                None => self.move_on(&mut self.lock(), region, layout)?,
             };
             if let Some(ptr) = region.bump(layout) {
                 return Ok((ptr, region));
@@ -574,38 +576,54 @@ impl CachingAllocator {
         Ok((ptr, region))
     }
 
-    /// A FREE region whose committed room serves `layout` now and holds
-    /// `peak` (what `region` would grow to: the most its thread used in
-    /// one window), the smallest such, so larger rooms stay for larger
-    /// needs; leased to the calling thread in place of `region`, which has
-    /// nothing in it and becomes FREE. A thread whose share of the work
+    /// For a `region` that cannot serve `layout`: the smallest FREE region
+    /// whose committed room serves it now — and, if nothing is in `region`,
+    /// holds `peak` (what `region` would grow to: the most its thread used
+    /// in one window), so larger rooms stay for larger needs — leased to the
+    /// calling thread in its place. An empty `region` becomes FREE; one
+    /// with scratch in it (at the region cap) stays the thread's until the
+    /// window ends. Past the cap with no such FREE region, a new region;
+    /// an empty `region` with none stays. A thread whose share of the work
     /// grew takes memory another thread left idle before anything is
-    /// committed. `region` itself when no FREE region has the room.
+    /// committed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfMemory`] when there is no memory for a new region's
+    /// record.
     #[cold]
-    fn move_to_idle<'r>(
+    fn move_on<'r>(
         &'r self,
         shared: &mut Shared,
         mut region: Leased<'r>,
         layout: Layout,
-    ) -> Leased<'r> {
-        debug_assert!(region.is_empty());
-        let peak = region.cold().1.peak;
+    ) -> Result<Leased<'r>, Error> {
+        let empty = region.is_empty();
+        let peak = if empty { region.cold().1.peak } else { 0 };
         let (_, me) = lease::mine(self.id);
         let serves = |r: &&Region| r.is_leased_to(FREE) && r.fits(layout) && r.room() >= peak;
-        let Some(idle) = lease::first(me, || {
+        let idle = lease::first(me, || {
             regions(&shared.regions)
                 .filter(serves)
                 .min_by_key(|r| r.room())
-        }) else {
-            return region;
+        });
+        let next = match idle {
+            Some(idle) => NonNull::from(idle),
+            None if empty => return Ok(region),
+            None => {
+                self.no_short_reset();
+                lease::lease_new(&mut shared.regions, me)
+                    .ok_or_else(|| Error::out_of_memory(layout))?
+            }
         };
-        let idle = NonNull::from(idle);
-        region.unlease(FREE);
-        lease::remember(self.window.current, self.id, idle);
-        // SAFETY: the calling thread just leased `idle`, a FREE region of this
-        // allocator, and holds no other guard of it (its one guard, of
-        // `region`, is gone).
-        unsafe { Leased::new(self.region(idle)) }
+        if empty {
+            region.unlease(FREE);
+        }
+        lease::remember(self.window.current, self.id, next);
+        // SAFETY: the calling thread just leased `next`, a region of this
+        // allocator (a FREE one, or one it made), and holds no other guard
+        // of it: its one guard was of `region`, another region, and is gone.
+        Ok(unsafe { Leased::new(self.region(next)) })
     }
 
     /// The frame's thread takes the region that holds the most, when

@@ -2,29 +2,36 @@
 //! user writes it first — activations in the inference frame (`scratch`, a
 //! `FrameVec`), kernels that split rows over a work-stealing pool, each
 //! task taking a tile from the shared `&KernelContext` — run wherever the
-//! pool or the caller puts the frame. After warm-up the allocator holds at
-//! most 1.25x the window high-water mark `Stats` reports, with no system
-//! allocation from the third inference on, at 1, 2, 4 and 8 workers.
+//! pool or the caller puts the frame. With a region cap the allocator holds
+//! at most 1.25x the window high-water mark `Stats` reports after warm-up,
+//! at 1, 2, 4 and 8 workers. Without one, and with no system allocation
+//! from the third inference on, not yet (the `#[ignore]`d tests).
 
 use rayon::ThreadPool;
 use rayon::prelude::*;
 use tempalloc::{
-    CachingAllocator, Error, Frame, FrameVec, KernelContext, ScratchVecExt, Stats, TempAllocator,
+    CachingAllocator, CachingConfig, Error, Frame, FrameVec, KernelContext, ScratchVecExt, Stats,
+    TempAllocator,
 };
 
-use crate::scenarios::{fast, scaled};
+use crate::scenarios::{fast, kib, scaled};
 
 const LAYERS: usize = 4;
 // Under Miri, which interprets every `f32` of the rows, half as many rows
 // again (4): still a tile per row and an activation per layer.
 const ROWS: usize = scaled(64, 4);
-const WIDTH: usize = scaled(256, 32);
 const INFERENCES: usize = 20;
+
+/// Floats in a row: 256 at 4 KiB pages, as many more as the page is larger,
+/// so every size keeps its count of pages (the least a region holds).
+fn width() -> usize {
+    scaled(256, 32) * kib() / 1024
+}
 
 /// One row of a layer: a tile of scratch (its size varies by row, so a
 /// worker's share varies with the rows it steals), written and summed.
 fn row(ctx: &KernelContext, input: &[f32], r: usize) -> Result<f32, Error> {
-    let tile = ctx.scratch::<f32>(WIDTH * (1 + r % 4))?;
+    let tile = ctx.scratch::<f32>(width() * (1 + r % 4))?;
     for (t, x) in tile.iter_mut().zip(input.iter().cycle()) {
         *t = x * 0.5 + r as f32;
     }
@@ -35,13 +42,14 @@ fn row(ctx: &KernelContext, input: &[f32], r: usize) -> Result<f32, Error> {
 /// a kernel over the rows on `pool`; the layer means in a `FrameVec` that
 /// grows across kernels. Returns the last mean.
 fn inference(inf: &mut Frame<'_, CachingAllocator>, pool: &ThreadPool) -> Result<f32, Error> {
+    let width = width();
     let mut means = FrameVec::new_in(inf.allocator());
-    let mut input: &[f32] = inf.scratch_fill::<f32>(WIDTH, 1.0)?;
+    let mut input: &[f32] = inf.scratch_fill::<f32>(width, 1.0)?;
     for _ in 0..LAYERS {
-        let act = inf.scratch::<f32>(ROWS * WIDTH)?;
+        let act = inf.scratch::<f32>(ROWS * width)?;
         inf.kernel(|ctx| {
             pool.install(|| {
-                act.par_chunks_mut(WIDTH)
+                act.par_chunks_mut(width)
                     .enumerate()
                     .try_for_each(|(r, out)| {
                         out.fill(row(ctx, input, r)?);
@@ -51,7 +59,7 @@ fn inference(inf: &mut Frame<'_, CachingAllocator>, pool: &ThreadPool) -> Result
         })?;
         means.try_push(act.iter().sum::<f32>() / act.len() as f32)?;
         let act: &[f32] = act;
-        input = &act[..WIDTH];
+        input = &act[..width];
     }
     Ok(means.last().copied().unwrap_or(0.0))
 }
@@ -67,12 +75,12 @@ enum Place {
 
 /// Runs `INFERENCES` inferences at `workers` workers and returns the
 /// stats after each.
-fn run(workers: usize, place: Place) -> Vec<Stats> {
+fn run(workers: usize, place: Place, config: CachingConfig) -> Vec<Stats> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(workers)
         .build()
         .unwrap();
-    let mut temp = CachingAllocator::with_config(fast());
+    let mut temp = CachingAllocator::with_config(config);
     let mut seen = Vec::new();
     let mut expected = None;
     for _ in 0..scaled(INFERENCES, 4) {
@@ -90,17 +98,18 @@ fn run(workers: usize, place: Place) -> Vec<Stats> {
 
 /// What a run held against its window high-water mark, and the system
 /// allocations of each inference from the third on, at 1, 2, 4 and 8
-/// workers: every count is run and reported before any is asserted.
-fn check(place: Place) {
+/// workers: every count is run and reported before any is asserted. With
+/// `warm`, no system allocation from the third inference on either.
+fn check(place: Place, config: CachingConfig, warm: bool) {
     let failed: Vec<String> = [1, 2, 4, 8]
         .into_iter()
-        .filter_map(|workers| held(workers, place).err())
+        .filter_map(|workers| held(workers, place, config, warm).err())
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
-fn held(workers: usize, place: Place) -> Result<(), String> {
-    let seen = run(workers, place);
+fn held(workers: usize, place: Place, config: CachingConfig, warm: bool) -> Result<(), String> {
+    let seen = run(workers, place, config);
     let last = seen.last().unwrap();
     let held = last.bytes_held as f64 / last.window_high_water as f64;
     let after: Vec<u64> = seen
@@ -109,43 +118,68 @@ fn held(workers: usize, place: Place) -> Result<(), String> {
         .map(|w| w[1].system_allocations - w[0].system_allocations)
         .collect();
     let report = format!(
-        "{place:?}, {workers} workers: held {} for a window of {} ({held:.2}x); system allocations per inference from the third: {after:?}",
-        last.bytes_held, last.window_high_water
+        "{place:?}, {workers} workers, region cap {:?}: held {} for a window of {} ({held:.2}x); system allocations per inference from the third: {after:?}",
+        config.region_cap, last.bytes_held, last.window_high_water
     );
     eprintln!("{report}");
-    if held <= 1.25 && after.iter().all(|&n| n == 0) {
+    if held <= 1.25 && (!warm || after.iter().all(|&n| n == 0)) {
         Ok(())
     } else {
         Err(report)
     }
 }
 
-#[test]
-#[ignore = "not yet (issue 29): rayon's shares vary from call to call, and each worker's region keeps its largest"]
-fn the_frame_on_the_pool_is_held_once() {
-    check(Place::OnThePool);
+/// The region cap `CachingConfig::region_cap`'s docs suggest: the window
+/// (427 KB at 4 KiB pages) over four times the most workers, 16 KiB.
+fn capped() -> CachingConfig {
+    fast().region_cap(Some(16 * kib()))
 }
 
 #[test]
-#[ignore = "not yet (issue 29): rayon's shares vary from call to call, and each worker's region keeps its largest"]
+#[cfg_attr(
+    miri,
+    ignore = "rayon's deque (crossbeam-epoch) casts integers to pointers, which strict provenance refuses"
+)]
+fn with_a_region_cap_the_frame_on_the_pool_is_held_within_1_25x() {
+    check(Place::OnThePool, capped(), false);
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "rayon's deque (crossbeam-epoch) casts integers to pointers, which strict provenance refuses"
+)]
+fn with_a_region_cap_the_frame_on_the_caller_is_held_within_1_25x() {
+    check(Place::OnTheCaller, capped(), false);
+}
+
+#[test]
+#[ignore = "not yet (issue 29): without a region cap each worker's region keeps its largest share; with one, a schedule that needs one region more than any before still makes it"]
+fn the_frame_on_the_pool_is_held_once() {
+    check(Place::OnThePool, fast(), true);
+}
+
+#[test]
+#[ignore = "not yet (issue 29): without a region cap each worker's region keeps its largest share; with one, a schedule that needs one region more than any before still makes it"]
 fn the_frame_on_the_caller_with_kernels_on_the_pool() {
-    check(Place::OnTheCaller);
+    check(Place::OnTheCaller, fast(), true);
 }
 
 /// One inference with its kernels on the frame's own thread: the frame's
 /// activations and the kernels' tiles, nothing split between threads.
 fn serial_inference(inf: &mut Frame<'_, CachingAllocator>) -> Result<f32, Error> {
-    let mut input: &[f32] = inf.scratch_fill::<f32>(WIDTH, 1.0)?;
+    let width = width();
+    let mut input: &[f32] = inf.scratch_fill::<f32>(width, 1.0)?;
     for _ in 0..LAYERS {
-        let act = inf.scratch::<f32>(ROWS * WIDTH)?;
+        let act = inf.scratch::<f32>(ROWS * width)?;
         inf.kernel(|ctx| {
-            for (r, out) in act.chunks_mut(WIDTH).enumerate() {
+            for (r, out) in act.chunks_mut(width).enumerate() {
                 out.fill(row(ctx, input, r)?);
             }
             Ok::<_, Error>(())
         })?;
         let act: &[f32] = act;
-        input = &act[..WIDTH];
+        input = &act[..width];
     }
     Ok(input[0])
 }
