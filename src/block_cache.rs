@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use crate::Error;
 use crate::block::{Block, BlockOptions, size_class, size_class_at_most};
 use crate::chunk::Chunk;
+use crate::ledger::{Charge, Ledger};
 use crate::os::{Mapping, page_size};
 
 /// The memory behind [`CachingAllocator`](crate::CachingAllocator)s, shared
@@ -27,7 +28,9 @@ use crate::os::{Mapping, page_size};
 ///   freed to make room; nothing already lent out is disturbed.
 ///
 /// The limit is charged with one atomic operation, so allocators that grow
-/// at once (the first inference) do not serialise on the cache.
+/// at once (the first inference) do not serialise on the cache; a request
+/// is refused only when no other growth is under way (one that the system
+/// may yet refuse), so never for memory that is not taken in the end.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -47,15 +50,10 @@ pub struct BlockCache {
     /// Idle chunks, least recently given back first.
     idle: Mutex<VecDeque<Chunk>>,
     idle_budget: usize,
-    max_bytes: Option<usize>,
-    /// Bytes taken from the system, lent out or idle: what the limit counts.
-    held: AtomicUsize,
+    /// Bytes taken from the system, lent out or idle, under `max_bytes`.
+    ledger: Ledger,
     /// Bytes in `idle` (changed under its lock, read without it).
     idle_bytes: AtomicUsize,
-    system_allocations: AtomicU64,
-    system_frees: AtomicU64,
-    hits: AtomicU64,
-    misses: AtomicU64,
     reservations: AtomicU64,
     heap_blocks: AtomicU64,
     refusals: AtomicU64,
@@ -117,40 +115,6 @@ impl fmt::Display for CacheStats {
     }
 }
 
-/// Adds between `need` and `want` bytes to `held` (`want` shrinks to the
-/// room `limit` leaves, in whole pages; `need` does not) and returns them;
-/// when `need` does not fit, adds nothing and returns what was held, and
-/// the limit. The one compare-and-swap loop of the cache's limit and an
-/// allocator's own.
-pub(crate) fn charge(
-    held: &AtomicUsize,
-    limit: Option<usize>,
-    need: usize,
-    want: usize,
-) -> Result<usize, (usize, usize)> {
-    let want = want.max(need);
-    let Some(limit) = limit else {
-        held.fetch_add(want, Relaxed);
-        return Ok(want);
-    };
-    let mut now = held.load(Relaxed);
-    loop {
-        let room = room(now, limit);
-        if need > room {
-            return Err((now, limit));
-        }
-        match held.compare_exchange_weak(now, now + want.min(room), Relaxed, Relaxed) {
-            Ok(_) => return Ok(want.min(room)),
-            Err(actual) => now = actual,
-        }
-    }
-}
-
-/// The whole pages `limit` leaves above `held`.
-fn room(held: usize, limit: usize) -> usize {
-    limit.saturating_sub(held) & !(page_size() - 1)
-}
-
 /// How new memory is taken from the system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ChunkOptions {
@@ -161,6 +125,10 @@ pub(crate) struct ChunkOptions {
     /// The most a heap block may hold (an allocator's own limit leaves no
     /// more room), unless the request needs more.
     pub most: usize,
+    /// Whether a reservation commits ahead of `need`, up to `want`: not
+    /// under a limit, where pages committed ahead could be room another
+    /// thread's request needs at the same moment.
+    pub ahead: bool,
 }
 
 /// A chunk from [`BlockCache::take`], with the system calls it took.
@@ -196,13 +164,8 @@ impl BlockCache {
         BlockCache {
             idle: Mutex::new(VecDeque::new()),
             idle_budget,
-            max_bytes,
-            held: AtomicUsize::new(0),
+            ledger: Ledger::new(max_bytes),
             idle_bytes: AtomicUsize::new(0),
-            system_allocations: AtomicU64::new(0),
-            system_frees: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
             reservations: AtomicU64::new(0),
             heap_blocks: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -225,7 +188,7 @@ impl BlockCache {
     /// assert_eq!(tempalloc::BlockCache::with_idle_budget(0).max_bytes(), None);
     /// ```
     pub fn max_bytes(&self) -> Option<usize> {
-        self.max_bytes
+        self.ledger.limit()
     }
 
     /// Bytes idle now.
@@ -244,13 +207,14 @@ impl BlockCache {
     /// assert_eq!((s.bytes_held, s.hits, s.misses), (0, 0, 0));
     /// ```
     pub fn stats(&self) -> CacheStats {
+        let ledger = &self.ledger;
         CacheStats {
-            bytes_held: self.held.load(Relaxed),
+            bytes_held: ledger.held(),
             idle_bytes: self.idle_bytes.load(Relaxed),
-            system_allocations: self.system_allocations.load(Relaxed),
-            system_frees: self.system_frees.load(Relaxed),
-            hits: self.hits.load(Relaxed),
-            misses: self.misses.load(Relaxed),
+            system_allocations: ledger.system_allocations.load(Relaxed),
+            system_frees: ledger.system_frees.load(Relaxed),
+            hits: ledger.hits.load(Relaxed),
+            misses: ledger.misses.load(Relaxed),
             reservations: self.reservations.load(Relaxed),
             heap_blocks: self.heap_blocks.load(Relaxed),
             refusals: self.refusals.load(Relaxed),
@@ -285,7 +249,13 @@ impl BlockCache {
 
     /// Bytes held now, for a [`BudgetExceeded`](Error::BudgetExceeded).
     pub(crate) fn held(&self) -> usize {
-        self.held.load(Relaxed)
+        self.ledger.held()
+    }
+
+    /// [`Error::BudgetExceeded`] for `request` with what is held now, if
+    /// the cache has a hard limit.
+    pub(crate) fn over(&self, request: Layout) -> Option<Error> {
+        self.ledger.over(request)
     }
 
     fn idle(&self) -> MutexGuard<'_, VecDeque<Chunk>> {
@@ -295,38 +265,35 @@ impl BlockCache {
     }
 
     /// Charges between `need` and `want` bytes to the hard limit (`want`
-    /// shrinks to the room left, in whole pages; `need` does not), freeing
-    /// idle memory first if that makes room. Returns the bytes charged.
+    /// shrinks to the room left and then to what `fit` makes of it; `need`
+    /// does not), freeing idle memory first if that makes room.
     ///
     /// # Errors
     ///
     /// [`Error::BudgetExceeded`] (with `request`'s size) when `need` does
     /// not fit; nothing is charged then.
-    pub(crate) fn charge(&self, need: usize, want: usize, request: Layout) -> Result<usize, Error> {
+    fn charge(
+        &self,
+        need: usize,
+        want: usize,
+        fit: impl Fn(usize) -> usize,
+        request: Layout,
+    ) -> Result<Charge<'_>, Error> {
         let mut evicted = false;
         loop {
-            let (held, limit) = match charge(&self.held, self.max_bytes, need, want) {
-                Ok(charged) => return Ok(charged),
-                Err(over) => over,
+            let refused = match self.ledger.charge(need, want, &fit, request) {
+                Err(refused) => refused,
+                charged => return charged,
             };
-            let room = room(held, limit);
+            let room = self.ledger.room();
             let idle = self.idle_bytes();
             if evicted || need > room + idle {
-                return Err(Error::BudgetExceeded {
-                    requested: request.size(),
-                    held,
-                    limit,
-                });
+                return Err(refused);
             }
             // Idle memory goes before a request is refused.
             self.evict_idle(idle - (need - room).min(idle));
             evicted = true;
         }
-    }
-
-    /// Takes back a charge of `bytes` that no memory was taken for.
-    pub(crate) fn uncharge(&self, bytes: usize) {
-        self.held.fetch_sub(bytes, Relaxed);
     }
 
     /// Commits `mapping` so that at least `need` bytes (whole pages) are
@@ -351,18 +318,19 @@ impl BlockCache {
         let pages = |bytes: usize| bytes.next_multiple_of(page).min(mapping.reserved());
         let (need, want) = (pages(need), pages(want.max(need)));
         debug_assert!(need > now);
-        let charged = self.charge(need - now, want - now, request)?;
+        let whole = |bytes: usize| bytes & !(page - 1);
+        let charge = self.charge(need - now, want - now, whole, request)?;
         if self.injected_failure() {
-            self.uncharge(charged);
             return Err(Error::out_of_memory(request));
         }
-        if mapping.commit(now + charged, prefault).is_err() {
-            self.uncharge(charged);
+        let bytes = charge.bytes();
+        if mapping.commit(now + bytes, prefault).is_err() {
             self.refusals.fetch_add(1, Relaxed);
             return Ok(None);
         }
-        self.system_allocations.fetch_add(1, Relaxed);
-        Ok(Some(charged))
+        charge.keep();
+        self.ledger.system_allocations.fetch_add(1, Relaxed);
+        Ok(Some(bytes))
     }
 
     /// Gives the pages of `mapping` from `to` bytes on (rounded up to a
@@ -378,8 +346,8 @@ impl BlockCache {
             self.refusals.fetch_add(1, Relaxed);
             return None;
         }
-        self.held.fetch_sub(before - to, Relaxed);
-        self.system_frees.fetch_add(1, Relaxed);
+        self.ledger.release(before - to);
+        self.ledger.system_frees.fetch_add(1, Relaxed);
         Some(before - to)
     }
 
@@ -400,6 +368,7 @@ impl BlockCache {
         if let Some(mut chunk) = self.take_idle(need, want, options) {
             // Only a reservation comes back smaller than `need`: it grows,
             // or (the system refused that range) new memory serves instead.
+            let want = if options.ahead { want } else { need };
             let grown = match &mut chunk {
                 Chunk::Mapped(m) if m.committed() < need => {
                     self.commit(m, need, want, options.block.prefault, request)
@@ -408,7 +377,7 @@ impl BlockCache {
             };
             match grown {
                 Ok(Some(bytes)) => {
-                    self.hits.fetch_add(1, Relaxed);
+                    self.ledger.hits.fetch_add(1, Relaxed);
                     let system_allocations = u64::from(bytes != 0);
                     return Ok(Taken {
                         chunk,
@@ -424,10 +393,11 @@ impl BlockCache {
                 }
             }
         }
-        self.misses.fetch_add(1, Relaxed);
+        self.ledger.misses.fetch_add(1, Relaxed);
         // Within the limit before anything is reserved: a request over it is
-        // over budget whatever its size.
-        self.charge(need, need, request).map(|c| self.uncharge(c))?;
+        // over budget whatever its size. (A charge taken back at once, which
+        // a growth at the same moment waits for rather than be refused.)
+        drop(self.charge(need, need, |bytes| bytes, request)?);
         let page = page_size();
         let at_least = need.checked_next_multiple_of(page).ok_or(oom)?;
         let reserved = options
@@ -437,7 +407,8 @@ impl BlockCache {
             self.reservations.fetch_add(1, Relaxed);
             // Dropping `m` (an error, or the system refused that range and
             // a heap block serves instead) unmaps it.
-            let committed = self.commit(&mut m, need, want, options.block.prefault, request);
+            let to = if options.ahead { want } else { need };
+            let committed = self.commit(&mut m, need, to, options.block.prefault, request);
             if let Ok(Some(_)) = committed {
                 let chunk = Chunk::Mapped(m);
                 return Ok(Taken {
@@ -445,25 +416,20 @@ impl BlockCache {
                     system_allocations: 1,
                 });
             }
-            self.system_frees.fetch_add(1, Relaxed);
+            self.ledger.system_frees.fetch_add(1, Relaxed);
             committed?;
         }
         let least = size_class(need).ok_or(oom)?;
         let size = size_class(want.max(need)).ok_or(oom)?;
         let size = size.min(size_class_at_most(options.most).max(least));
-        let charged = self.charge(least, size, request)?;
-        let size = size_class_at_most(charged);
-        self.uncharge(charged - size);
-        let block = if self.injected_failure() {
-            Err(oom)
-        } else {
-            Block::allocate(size, options.block).map_err(|_| oom)
-        };
-        let Ok(block) = block else {
-            self.uncharge(size);
+        let charge = self.charge(least, size, size_class_at_most, request)?;
+        let size = charge.bytes();
+        if self.injected_failure() {
             return Err(oom);
-        };
-        self.system_allocations.fetch_add(1, Relaxed);
+        }
+        let block = Block::allocate(size, options.block).map_err(|_| oom)?;
+        charge.keep();
+        self.ledger.system_allocations.fetch_add(1, Relaxed);
         self.heap_blocks.fetch_add(1, Relaxed);
         Ok(Taken {
             chunk: Chunk::Heap(block),
@@ -475,23 +441,24 @@ impl BlockCache {
     /// the idle budget, and a reservation with nothing committed at once (it
     /// holds only address space). Returns how many system frees that took.
     pub(crate) fn give_back(&self, chunk: Chunk) -> u64 {
+        let frees = &self.ledger.system_frees;
         if chunk.usable() == 0 {
             drop(chunk);
-            self.system_frees.fetch_add(1, Relaxed);
+            frees.fetch_add(1, Relaxed);
             return 1;
         }
-        let frees = self.system_frees.load(Relaxed);
+        let before = frees.load(Relaxed);
         let mut idle = self.idle();
         if idle.try_reserve(1).is_err() {
             // No room in the books: freed rather than kept (never an abort).
-            self.held.fetch_sub(chunk.usable(), Relaxed);
-            self.system_frees.fetch_add(1, Relaxed);
+            self.ledger.release(chunk.usable());
+            frees.fetch_add(1, Relaxed);
             return 1;
         }
         self.idle_bytes.fetch_add(chunk.usable(), Relaxed);
         idle.push_back(chunk);
         self.evict_to(&mut idle, self.idle_budget);
-        self.system_frees.load(Relaxed) - frees
+        frees.load(Relaxed) - before
     }
 
     /// The idle chunk that best serves `need` bytes with about `want`
@@ -546,8 +513,8 @@ impl BlockCache {
             };
             let bytes = chunk.usable();
             self.idle_bytes.fetch_sub(bytes, Relaxed);
-            self.held.fetch_sub(bytes, Relaxed);
-            self.system_frees.fetch_add(1, Relaxed);
+            self.ledger.release(bytes);
+            self.ledger.system_frees.fetch_add(1, Relaxed);
             freed += bytes;
             drop(chunk);
         }

@@ -138,6 +138,8 @@ mod caching;
 #[cfg(feature = "std")]
 mod chunk;
 #[cfg(feature = "std")]
+mod ledger;
+#[cfg(feature = "std")]
 mod malloc;
 #[cfg(feature = "std")]
 mod os;

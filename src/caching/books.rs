@@ -4,68 +4,45 @@
 
 use core::alloc::Layout;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::Error;
 use crate::block::{size_class, size_class_at_most};
-use crate::block_cache::{BlockCache, ChunkOptions, charge};
+use crate::block_cache::{BlockCache, ChunkOptions};
 use crate::chunk::Chunk;
+use crate::ledger::Ledger;
 use crate::os::{Mapping, page_size};
 
-/// The allocator's account at its cache. Atomics, so that a region grows
-/// without the allocator's lock.
+/// The allocator's account at its cache, under its own limit. Atomics, so
+/// that a region grows without the allocator's lock.
 pub(super) struct Books {
     pub cache: Arc<BlockCache>,
-    /// `CachingConfig::max_bytes`: this allocator's, within the cache's.
-    pub limit: Option<usize>,
-    pub held: AtomicUsize,
-    pub system_allocations: AtomicU64,
-    pub system_frees: AtomicU64,
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
+    /// Under `CachingConfig::max_bytes`: this allocator's, within the
+    /// cache's.
+    pub ledger: Ledger,
 }
 
 impl Books {
     pub(super) fn new(cache: Arc<BlockCache>, limit: Option<usize>) -> Self {
-        let zero = || AtomicU64::new(0);
         Books {
             cache,
-            limit,
-            held: AtomicUsize::new(0),
-            system_allocations: zero(),
-            system_frees: zero(),
-            hits: zero(),
-            misses: zero(),
+            ledger: Ledger::new(limit),
         }
     }
 
-    /// Counts between `need` and `want` more bytes as held under the
-    /// allocator's limit (`want` shrinks to the room left, in whole pages)
-    /// and returns them; the caller takes back what it did not use.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::BudgetExceeded`] when `need` does not fit; nothing counted.
-    fn admit(&self, need: usize, want: usize, request: Layout) -> Result<usize, Error> {
-        let over = |(held, limit)| Error::BudgetExceeded {
-            requested: request.size(),
-            held,
-            limit,
-        };
-        charge(&self.held, self.limit, need, want).map_err(over)
+    /// Whether a limit, the allocator's or the cache's, may refuse growth:
+    /// then growing takes only what a request needs, never room ahead that
+    /// another thread's request may need at the same moment.
+    pub(super) fn limited(&self) -> bool {
+        self.ledger.limit().is_some() || self.cache.max_bytes().is_some()
     }
 
     /// The error for a request past any block size: over the allocator's
     /// limit or the cache's if there is one, else `otherwise`.
     pub(super) fn past_any_size(&self, request: Layout, otherwise: Error) -> Error {
-        let own = self.limit.map(|l| (self.held.load(Relaxed), l));
-        let limit = own.or(self.cache.max_bytes().map(|l| (self.cache.held(), l)));
-        let over = |(held, limit)| Error::BudgetExceeded {
-            requested: request.size(),
-            held,
-            limit,
-        };
-        limit.map_or(otherwise, over)
+        let own = self.ledger.over(request);
+        own.or_else(|| self.cache.over(request))
+            .unwrap_or(otherwise)
     }
 
     /// A chunk from the cache (see [`BlockCache::take`]), counted.
@@ -86,55 +63,65 @@ impl Books {
         };
         // A size the limit allows: whole pages of a reservation, or a size
         // class of a block, so the cache takes no more.
-        let admitted = self.admit(least, most, request)?;
-        let want = if reserving {
-            admitted
-        } else {
-            size_class_at_most(admitted).max(least)
+        let fit = |bytes: usize| {
+            if reserving {
+                bytes & !(page_size() - 1)
+            } else {
+                size_class_at_most(bytes)
+            }
         };
-        self.held.fetch_sub(admitted - want, Relaxed);
+        let charge = self.ledger.charge(least, most, fit, request)?;
+        let want = charge.bytes();
         // A heap block (where a reservation falls back to) within the room.
-        let most = if self.limit.is_some() {
+        let most = if self.ledger.limit().is_some() {
             want
         } else {
             usize::MAX
         };
-        let options = ChunkOptions { most, ..options };
-        let mut taken = self
-            .cache
-            .take(need, want, options, request)
-            .inspect_err(|_| {
-                self.held.fetch_sub(want, Relaxed);
-            })?;
+        let ahead = !self.limited();
+        let options = ChunkOptions {
+            most,
+            ahead,
+            ..options
+        };
+        let mut taken = self.cache.take(need, want, options, request)?;
         // An idle chunk may hold more than asked: counted too, or, if that
         // does not fit and it is a reservation, decommitted down to `want`.
-        let extra = taken.chunk.usable().saturating_sub(want);
-        if extra > 0 && self.admit(extra, extra, request).is_err() {
-            if let Chunk::Mapped(m) = &mut taken.chunk {
-                self.cache.decommit(m, want);
-            }
-            let extra = taken.chunk.usable().saturating_sub(want);
-            if let Err(e) = self.admit(extra, extra, request) {
-                self.held.fetch_sub(want, Relaxed);
-                self.cache.give_back(taken.chunk);
-                return Err(e);
+        let used = taken.chunk.usable().min(want);
+        charge.settle(used);
+        let extra = taken.chunk.usable() - used;
+        if extra > 0 {
+            let counted = match self.ledger.charge(extra, extra, |b| b, request) {
+                Ok(charge) => Ok(charge),
+                Err(_) => {
+                    if let Chunk::Mapped(m) = &mut taken.chunk {
+                        self.cache.decommit(m, want);
+                    }
+                    let extra = taken.chunk.usable() - used;
+                    self.ledger.charge(extra, extra, |b| b, request)
+                }
+            };
+            match counted {
+                Ok(charge) => charge.keep(),
+                Err(e) => {
+                    self.ledger.release(used);
+                    self.cache.give_back(taken.chunk);
+                    return Err(e);
+                }
             }
         }
-        self.held
-            .fetch_sub(want.saturating_sub(taken.chunk.usable()), Relaxed);
         let counter = if taken.system_allocations == 0 {
-            &self.hits
+            &self.ledger.hits
         } else {
-            &self.misses
+            &self.ledger.misses
         };
         counter.fetch_add(1, Relaxed);
-        self.system_allocations
-            .fetch_add(taken.system_allocations, Relaxed);
+        (self.ledger.system_allocations).fetch_add(taken.system_allocations, Relaxed);
         Ok(taken.chunk)
     }
 
-    /// Commits `m` to at least `need` bytes, about `want`: `Ok(false)` when
-    /// the system refused the range.
+    /// Commits `m` to at least `need` bytes, about `want` (only `need`
+    /// under a limit): `Ok(false)` when the system refused the range.
     pub(super) fn commit(
         &self,
         m: &mut Mapping,
@@ -144,24 +131,27 @@ impl Books {
         request: Layout,
     ) -> Result<bool, Error> {
         let now = m.committed();
+        let want = if self.limited() { need } else { want };
         let to = |bytes: usize| bytes.next_multiple_of(page_size()).min(m.reserved());
-        let admitted = self.admit(to(need) - now, to(want) - now, request)?;
+        let whole = |bytes: usize| bytes & !(page_size() - 1);
+        let charge = self
+            .ledger
+            .charge(to(need) - now, to(want) - now, whole, request)?;
         let committed = self
             .cache
-            .commit(m, need, now + admitted, prefault, request);
-        let bytes = committed.as_ref().map_or(0, |c| c.unwrap_or(0));
-        self.held.fetch_sub(admitted - bytes, Relaxed);
-        self.system_allocations
-            .fetch_add(u64::from(bytes != 0), Relaxed);
-        Ok(committed?.is_some())
+            .commit(m, need, now + charge.bytes(), prefault, request)?;
+        let bytes = committed.unwrap_or(0);
+        charge.settle(bytes);
+        (self.ledger.system_allocations).fetch_add(u64::from(bytes != 0), Relaxed);
+        Ok(committed.is_some())
     }
 
     /// Decommits `m` from `to` on; a refusal leaves the pages committed and
     /// counted.
     pub(super) fn decommit(&self, m: &mut Mapping, to: usize) {
         let freed = self.cache.decommit(m, to).unwrap_or(0);
-        self.held.fetch_sub(freed, Relaxed);
-        self.system_frees.fetch_add(u64::from(freed != 0), Relaxed);
+        self.ledger.release(freed);
+        (self.ledger.system_frees).fetch_add(u64::from(freed != 0), Relaxed);
     }
 
     /// Gives back the chunks from index `from` on.
@@ -173,9 +163,9 @@ impl Books {
 
     /// Gives `chunk` back to the cache.
     pub(super) fn give_back(&self, chunk: Chunk) {
-        self.held.fetch_sub(chunk.usable(), Relaxed);
+        self.ledger.release(chunk.usable());
         let frees = self.cache.give_back(chunk);
-        self.system_frees.fetch_add(frees, Relaxed);
+        (self.ledger.system_frees).fetch_add(frees, Relaxed);
     }
 }
 

@@ -104,11 +104,14 @@ impl CachingConfig {
     ///
     /// The rule: a program is served whenever the limit covers, for each
     /// thread allocating at once (and the thread that resets, which keeps
-    /// its region), the most it used in one window plus one growth step of
-    /// its region (12.5% of what the region holds, and at least one page:
-    /// the least a thread's region can hold is one page).
-    /// When threads split the work the same way every call, that is what is
-    /// live plus a step per thread; a work-stealing pool's workers, and
+    /// its region), the most it used in one window, in whole pages (at
+    /// least one: the least a thread's region can hold). Under a limit a
+    /// region commits only what its requests need, never ahead (without
+    /// one it commits 12.5% ahead), so threads growing at once never take
+    /// room another's request needs; and a request is refused only when no
+    /// other growth is under way, so never for memory the system then
+    /// refuses. When threads split the work the same way every call, that
+    /// is what is live, in whole pages per thread; a work-stealing pool's workers, and
     /// fresh threads whose shares differ and that start in another order
     /// each window, each keep the most they ever took (see `trim` and
     /// `retain` for giving it back).
@@ -192,7 +195,9 @@ impl CachingConfig {
     /// high-water mark over four times the workers serves well (16 KiB for
     /// `tests/all/work.rs`'s 427 KB window at 8 workers). Without a limit
     /// only: under [`max_bytes`](Self::max_bytes()) each thread grows its
-    /// own region. `None` (the default): a region grows to what its thread
+    /// own region. On reservations only: a region on heap blocks (see
+    /// [`reserve`](Self::reserve())) chains them and settles to one block at
+    /// a reset, which moving on would undo every window. `None` (the default): a region grows to what its thread
     /// uses, which suits threads whose shares stay the same.
     ///
     /// ```

@@ -2,7 +2,6 @@
 //! chunk — and the one budget rule.
 
 use core::alloc::Layout;
-use std::sync::atomic::Ordering::Relaxed;
 
 use super::books::{Books, chunk_size};
 use super::region::{FREE, Leased, RECLAIMING, Region, before_next};
@@ -118,7 +117,12 @@ impl Leased<'_> {
                 // A reservation four times what the window uses, so a region
                 // that outgrew one moves rarely; never past a limit.
                 let used = before_next(hot, layout) + need.bytes;
-                let limits = books.limit.into_iter().chain(books.cache.max_bytes()).min();
+                let limits = books
+                    .ledger
+                    .limit()
+                    .into_iter()
+                    .chain(books.cache.max_bytes())
+                    .min();
                 let reserve = config.reserve.map(|bytes| {
                     let bytes = bytes.max(used.saturating_mul(4));
                     limits.map_or(bytes, |limit| bytes.min(limit))
@@ -127,6 +131,7 @@ impl Leased<'_> {
                     block: config.block,
                     reserve,
                     most: usize::MAX,
+                    ahead: true,
                 };
                 cold.chunks
                     .insert(next, books.take(need.bytes, need.want, options, layout)?);
@@ -189,9 +194,7 @@ impl CachingAllocator {
     fn make_room(&self, shared: &mut Shared, least: usize, own: Option<&mut Leased>) -> bool {
         let (books, cache) = (&self.books, &self.books.cache);
         let room = || {
-            let own = books
-                .limit
-                .map_or(usize::MAX, |l| l.saturating_sub(books.held.load(Relaxed)));
+            let own = books.ledger.room();
             let idle = cache.idle_bytes();
             let common = cache
                 .max_bytes()

@@ -558,8 +558,11 @@ impl CachingAllocator {
         // region the next kernel's threads need.) Not under a limit, whose
         // rule counts on each thread growing its own region (README,
         // `max_bytes`): there the budget rule reclaims idle room instead.
-        let limited = self.books.limit.is_some() || self.books.cache.max_bytes().is_some();
-        let capped = (self.config.region_cap).is_some_and(|cap| region.held() >= cap);
+        let limited = self.books.limited();
+        // On reservations only: a heap region chains blocks and settles to
+        // one at a reset, which moving on would undo every window.
+        let capped =
+            (self.config.region_cap).is_some_and(|cap| region.held() >= cap) && region.is_mapped();
         if !limited && (capped || region.is_empty()) {
             region = match shared.as_deref_mut() {
                 Some(shared) => self.move_on(shared, region, layout)?,
@@ -680,6 +683,7 @@ impl CachingAllocator {
             block: self.config.block,
             reserve: self.config.reserve.map(|_| need),
             most: usize::MAX,
+            ahead: true,
         };
         let chunk = self.books.take(need, need, options, layout)?;
         let pad = chunk.base().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
@@ -800,7 +804,7 @@ impl CachingAllocator {
             &self.books,
         );
         for _ in 0..shared.regions.len() {
-            let excess = books.held.load(Relaxed).saturating_sub(cap);
+            let excess = books.ledger.held().saturating_sub(cap);
             let largest = regions(&shared.regions)
                 .filter(|r| r.held() != 0)
                 .max_by_key(|r| r.held());
@@ -915,14 +919,14 @@ unsafe impl TempAllocator for CachingAllocator {
             allocations,
             bytes_requested: requested,
             resets: t.resets,
-            system_allocations: books.system_allocations.load(Relaxed),
-            system_frees: books.system_frees.load(Relaxed),
-            bytes_held: books.held.load(Relaxed),
+            system_allocations: books.ledger.system_allocations.load(Relaxed),
+            system_frees: books.ledger.system_frees.load(Relaxed),
+            bytes_held: books.ledger.held(),
             high_water: t.high_water.max(window),
             bytes_live: live,
             window_high_water: t.last_window_high.max(window),
-            cache_hits: books.hits.load(Relaxed),
-            cache_misses: books.misses.load(Relaxed),
+            cache_hits: books.ledger.hits.load(Relaxed),
+            cache_misses: books.ledger.misses.load(Relaxed),
             canary_violations: t.canary_violations,
         }
     }

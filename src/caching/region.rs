@@ -296,6 +296,13 @@ impl<'a> Leased<'a> {
         Extend::Done
     }
 
+    /// Whether the region's current chunk is a reservation (which grows in
+    /// place), not a heap block.
+    pub(super) fn is_mapped(&mut self) -> bool {
+        let (hot, cold) = self.cold();
+        matches!(cold.chunks.get(hot.position().0), Some(Chunk::Mapped(_)))
+    }
+
     /// Counts a zero-sized request served without carving, or (`-bytes`,
     /// a canary) takes carved bytes off the live count.
     pub(super) fn count_request(&mut self, live_delta: isize) {

@@ -1,6 +1,6 @@
 //! `max_bytes` means what its docs say, at any thread count: a program is
-//! served whenever the limit covers what is live plus one growth step per
-//! thread; past that, `BudgetExceeded` with the numbers, and nothing
+//! served whenever the limit covers each thread's most in one window, in
+//! whole pages; past that, `BudgetExceeded` with the numbers, and nothing
 //! already handed out changes. Growth never asks for more than the limit
 //! allows; the memory of FREE regions (and a shared cache's idle memory)
 //! makes room when that lets the request fit, and only then; a leased
@@ -99,13 +99,12 @@ fn a_limit_covering_each_threads_window_and_a_page_serves_any_thread_count() {
         // A work-stealing pool: each worker's region keeps the most it took
         // in one call, and which worker takes how much changes from call to
         // call, so the rule's "each thread's most" is, for each worker, up
-        // to all 64 requests, and a growth step (an eighth, at least a
-        // page) on top. A limit below that (160 KiB at 4 and 8 workers,
-        // which a user found refused) is served or not by the schedule:
-        // what is held then tends to the sum of the workers' largest shares
-        // (docs/design.md, "Shares that vary"), which the rule cannot bound
-        // any lower.
-        let stealing = chain * ((4 + threads * 64) * k + (threads + 2) * (8 * k).max(page));
+        // to all 64 requests. A limit below that (160 KiB at 4 and 8
+        // workers, which a user found refused) is served or not by the
+        // schedule: what is held then tends to the sum of the workers'
+        // largest shares (docs/design.md, "Shares that vary"), which the
+        // rule cannot bound any lower.
+        let stealing = chain * ((4 + threads * 64) * k + (threads + 2) * page);
         for (split, limit) in [(Split::Equal, tight), (Split::Stealing, stealing)] {
             // With the debug checks (as a debug build has them) and without.
             for debug_checks in [false, true] {
@@ -154,14 +153,14 @@ fn large_windows(threads: usize, window: usize, limit: usize) -> Result<(), Erro
 }
 
 #[test]
-fn a_limit_covering_each_threads_window_and_a_growth_step_serves_large_windows() {
-    // The docs' rule where a growth step is more than a page: each thread's
-    // most in one window, plus an eighth of it (at least a page); on heap
-    // blocks, twice each thread's most and a page. The windows are whole
-    // multiples of 8 pages at every page size, so an eighth is whole pages.
+fn a_limit_covering_each_threads_window_serves_large_windows() {
+    // The docs' rule for windows of many pages, where growing without a
+    // limit commits an eighth ahead: each thread's most in one window, in
+    // whole pages (under a limit a region commits only what its requests
+    // need); on heap blocks, twice each thread's most and a page.
     let window = scaled(128, 8) * page();
     let per_thread = if mapped() {
-        window + (window / 8).max(page())
+        window
     } else {
         2 * window + page()
     };
@@ -178,10 +177,10 @@ fn a_limit_covering_each_threads_window_and_a_growth_step_serves_large_windows()
             threads * per_thread
         );
     }
-    // A page per thread is not enough for such windows, as the README once
-    // said: one thread finds the room taken by the other's growth step.
+    // A page less than the threads' windows is not enough: regions keep
+    // their memory for the window, whenever their threads ran.
     if mapped() {
-        let err = large_windows(2, window, 2 * (window + page())).unwrap_err();
+        let err = large_windows(2, window, 2 * window - page()).unwrap_err();
         assert!(matches!(err, Error::BudgetExceeded { .. }), "{err}");
     }
 }
@@ -865,5 +864,56 @@ fn an_idle_block_larger_than_the_room_left_is_not_taken() {
         );
         check(a, 1);
         assert!(temp.stats().bytes_held <= 42 * page);
+    }
+}
+
+#[test]
+fn threads_growing_at_once_under_a_limit_that_fits_their_sum_exactly_are_all_served() {
+    // Each thread grows its region a page at a time to `pages` pages, all
+    // at once, under a limit of exactly their sum. Growing commits ahead
+    // (an eighth) only where no limit needs the room: under one, a commit
+    // ahead could take the page another thread's request needs, and that
+    // request, which fits the limit, would be refused.
+    if !mapped() {
+        // Heap blocks cannot grow in place: their rule is twice each
+        // thread's most (README, `max_bytes`).
+        return;
+    }
+    let (page, pages) = (page(), scaled(48, 12));
+    for threads in [2, 4, scaled(8, 3)] {
+        let limit = threads * pages * page;
+        for shared in [false, true] {
+            // The allocator's own limit, or a shared cache's.
+            let (cache, config) = if shared {
+                (BlockCache::with_limits(0, Some(limit)), fast())
+            } else {
+                (
+                    BlockCache::with_idle_budget(0),
+                    fast().max_bytes(Some(limit)),
+                )
+            };
+            let temp = CachingAllocator::with_cache(Arc::new(cache), config);
+            let start = Barrier::new(threads);
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let (temp, start) = (&temp, &start);
+                    s.spawn(move || {
+                        let ctx = KernelContext::new(temp);
+                        start.wait();
+                        let mut kept = Vec::new();
+                        for i in 0..pages {
+                            let got = ctx.allocate_temp(page, page).unwrap_or_else(|e| {
+                                panic!("{threads} threads, shared {shared}: page {i} of thread {t}: {e}")
+                            });
+                            kept.push(fill(got, t + i));
+                        }
+                        for (i, got) in kept.into_iter().enumerate() {
+                            check(got, t + i);
+                        }
+                    });
+                }
+            });
+            assert_eq!(temp.stats().bytes_held, limit);
+        }
     }
 }
