@@ -341,6 +341,17 @@ unsafe impl TempAllocator for AnyTemp {
         // SAFETY: the caller's contract, which is the inner allocator's.
         each!(self, t => unsafe { t.resize_in_place(ptr, old, new_size) })
     }
+
+    #[inline]
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, Error> {
+        // SAFETY: the caller's contract, which is the inner allocator's.
+        each!(self, t => unsafe { t.grow(ptr, old, new) })
+    }
 }
 
 // SAFETY: a checkpoint is the inner allocator's, tagged with its variant,

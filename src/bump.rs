@@ -5,10 +5,11 @@ use core::ptr::NonNull;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use allocator_api2::alloc::Allocator;
 use bumpalo::Bump;
 
 use crate::malloc::next_id;
-use crate::temp::dangling;
+use crate::temp::{dangling, move_to};
 use crate::{Error, Rewind, Stats, TempAllocator};
 
 /// A [`TempAllocator`] over [`bumpalo::Bump`], for single-threaded users who
@@ -35,6 +36,35 @@ use crate::{Error, Rewind, Stats, TempAllocator};
 ///     ctx.scratch::<u8>(1 << 20),
 ///     Err(Error::BudgetExceeded { requested: 1048576, limit: 65536, .. })
 /// ));
+/// ```
+///
+/// A [`ScratchVec`](crate::ScratchVec) whose buffer is the newest block
+/// grows through bumpalo's own `grow` ([`TempAllocator::grow`]): bumpalo
+/// bumps downwards, so the buffer takes the room below it and its bytes
+/// move down, and it holds about its size. That room is there once a reset
+/// kept a chunk as large as the window (bumpalo keeps its largest); in the
+/// window that first takes the chunks, each about twice the last, a
+/// doubling vector outgrows each chunk and leaves its old buffer behind:
+///
+/// ```
+/// use tempalloc::{with_context, BumpAllocator, Error, ScratchVec, TempAllocator};
+///
+/// fn push(temp: &mut BumpAllocator) -> Result<(), Error> {
+///     with_context(temp, |ctx| {
+///         let mut v = ScratchVec::new_in(ctx);
+///         for i in 0..16_384u32 {
+///             v.push(i); // 64 KiB at the end
+///         }
+///         Ok(())
+///     })
+/// }
+///
+/// let mut temp = BumpAllocator::new();
+/// push(&mut temp)?; // takes the chunks: the old buffers stay behind
+/// assert!(temp.stats().window_high_water > 65_536 * 3 / 2);
+/// push(&mut temp)?; // in the chunk the reset kept: the buffer alone
+/// assert_eq!(temp.stats().window_high_water, 65_536);
+/// # Ok::<(), Error>(())
 /// ```
 ///
 /// It implements [`Rewind`], so it runs [`Frame`](crate::Frame)s, but
@@ -108,6 +138,34 @@ struct Inner {
     /// The newest chunk's size without its footer: bumpalo sizes the next
     /// one from it.
     last_chunk: usize,
+    /// The address and layout of the block bumpalo last handed out
+    /// (`try_alloc_layout` or `Allocator::grow`) since the reset: the only
+    /// block whose room `grow` can reuse, and the layout bumpalo must be
+    /// given for it.
+    newest: Option<(usize, Layout)>,
+}
+
+impl Inner {
+    /// Counts what bumpalo just served: `live` more bytes live, a new block
+    /// (one allocation) when `fresh`, and the chunk it took if it held more
+    /// than `held_before`.
+    fn served(&mut self, held_before: usize, live: usize, fresh: bool) {
+        let held = self.bump.allocated_bytes();
+        let stats = &mut self.stats;
+        if held != held_before {
+            self.last_chunk = held - held_before;
+            stats.system_allocations += 1;
+            stats.bytes_held = held;
+            self.chunks += 1;
+        }
+        // Counted only once served: a failed request is not an allocation.
+        stats.allocations += u64::from(fresh);
+        stats.bytes_requested += live as u64;
+        stats.bytes_live += live;
+        stats.high_water = stats.high_water.max(stats.bytes_live);
+        self.window_max = self.window_max.max(stats.bytes_live);
+        stats.window_high_water = stats.window_high_water.max(stats.bytes_live);
+    }
 }
 
 /// The smallest chunk (without its footer) bumpalo 3 tries for `layout`
@@ -243,8 +301,11 @@ impl BumpAllocator {
 }
 
 // SAFETY: bumpalo hands out disjoint, aligned memory that stays valid until
-// `Bump::reset` or drop; we call `reset` only from `reset(&mut self)`. The
-// mutex makes the shared `Bump` usable from several threads, one at a time.
+// `Bump::reset` or drop; we call `reset` only from `reset(&mut self)`. Its
+// `Allocator::grow` builds the grown block from the block given up to it
+// and memory never handed out (below the bump pointer, or a new block), so
+// it stays disjoint from every other live allocation. The mutex makes the
+// shared `Bump` usable from several threads, one at a time.
 unsafe impl TempAllocator for BumpAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         let mut inner = self.inner();
@@ -257,28 +318,71 @@ unsafe impl TempAllocator for BumpAllocator {
             Ok(ptr) => ptr,
             Err(_) => return Err(self.failure(layout, held_before, inner.last_chunk)),
         };
-        let held = inner.bump.allocated_bytes();
-        let Inner {
-            stats,
-            chunks,
-            window_max,
-            last_chunk,
-            ..
-        } = &mut *inner;
-        if held != held_before {
-            *last_chunk = held - held_before;
-            stats.system_allocations += 1;
-            stats.bytes_held = held;
-            *chunks += 1;
-        }
-        // Counted only once served: a failed request is not an allocation.
-        stats.allocations += 1;
-        stats.bytes_requested += layout.size() as u64;
-        stats.bytes_live += layout.size();
-        stats.high_water = stats.high_water.max(stats.bytes_live);
-        *window_max = (*window_max).max(stats.bytes_live);
-        stats.window_high_water = stats.window_high_water.max(stats.bytes_live);
+        inner.served(held_before, layout.size(), true);
+        inner.newest = Some((ptr.as_ptr().addr(), layout));
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
+    }
+
+    /// bumpalo's own `grow` for the newest block: when its chunk has the
+    /// room and `new` asks no more alignment than `old`, it takes the
+    /// `new.size() - old.size()` bytes below the block, and the bytes move
+    /// down (`ptr::copy`) to the new start; the block then counts
+    /// `new.size()` bytes live, not `old.size() + new.size()`. Otherwise,
+    /// and for any other block, a new block and a copy, and the old block
+    /// stays counted until the reset, as after any `allocate` and copy.
+    ///
+    /// The room is there once a reset kept a chunk as large as the window
+    /// (bumpalo keeps its largest): in the window that first takes the
+    /// chunks, a vector that doubles outgrows each new chunk, which
+    /// bumpalo sizes at about twice the last one, and moves to the next.
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, Error> {
+        debug_assert!(new.size() >= old.size());
+        let mut inner = self.inner();
+        // bumpalo reuses only its newest block's room, and must be given
+        // the layout it handed that block out for. Any other block (older,
+        // zero-sized, or one a context shrank in place, whose `old` is
+        // smaller) is copied, as the trait's default does.
+        if inner.newest != Some((ptr.as_ptr().addr(), old)) {
+            drop(inner);
+            // SAFETY: the caller's contract is `move_to`'s.
+            return unsafe { move_to(self, ptr, old, new) };
+        }
+        let held_before = inner.bump.allocated_bytes();
+        // SAFETY: `Allocator::grow`'s contract for `&Bump`:
+        // - `ptr` is a block currently allocated by this `Bump`, and `old`
+        //   fits it: `newest` says bumpalo handed the block at `ptr` out
+        //   for `old` (`try_alloc_layout(old)`, which is what its
+        //   `Allocator::allocate` does, or `Allocator::grow` to `old`) since
+        //   the last reset, which clears it; bumpalo frees a block only in
+        //   `Bump::reset` or the drop, which only `reset(&mut self)`,
+        //   `release(&mut self)` (which resets first) and our drop call, and
+        //   we never `deallocate`; `bump()` lends the `Bump` out shared only,
+        //   which cannot reset it.
+        // - `new.size() >= old.size()`: the caller's.
+        // - The block's bytes are the caller's alone (we handed the block
+        //   out once, to the caller, which gives it up to this call), and
+        //   the lock keeps every other thread out of the `Bump`.
+        let grown = unsafe { Allocator::grow(&&inner.bump, ptr, old, new) };
+        let Ok(to) = grown else {
+            // bumpalo copied nothing: the block is as it was, for `old`.
+            return Err(self.failure(new, held_before, inner.last_chunk));
+        };
+        // Where bumpalo reused the block's room, the new block overlaps the
+        // old one; a new allocation is disjoint from it.
+        let (at, from) = (to.cast::<u8>().as_ptr().addr(), ptr.as_ptr().addr());
+        let reused = at < from + old.size() && from < at + new.size();
+        if reused {
+            inner.served(held_before, new.size() - old.size(), false);
+        } else {
+            inner.served(held_before, new.size(), true);
+        }
+        inner.newest = Some((at, new));
+        Ok(to)
     }
 
     fn reset(&mut self) {
@@ -287,10 +391,12 @@ unsafe impl TempAllocator for BumpAllocator {
             stats,
             chunks,
             window_max,
+            newest,
             ..
         } = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         // bumpalo keeps its newest (largest) chunk and frees the others.
         bump.reset();
+        *newest = None;
         stats.system_frees += chunks.saturating_sub(1);
         *chunks = (*chunks).min(1);
         stats.bytes_held = bump.allocated_bytes();
@@ -332,8 +438,9 @@ unsafe impl TempAllocator for BumpAllocator {
 // - it recycles nothing: everything handed out stays valid and untouched
 //   until `reset(&mut self)` or the drop, the only places where this type
 //   lets bumpalo reuse or free chunk memory (we only ever call
-//   `try_alloc_layout`, `reset` and the drop on the `Bump`, and `bump()`
-//   lends it out through `&mut self` only); a stale, foreign or closed
+//   `try_alloc_layout`, `Allocator::grow`, which reuses only the block it
+//   is given, `reset` and the drop on the `Bump`, and `bump()` lends it
+//   out through `&mut self` only); a stale, foreign or closed
 //   checkpoint cannot change that, whether refused or accepted;
 // - an error recycles nothing either;
 // - bumpalo's chunks are separate allocations from the global allocator

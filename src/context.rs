@@ -570,7 +570,7 @@ unsafe impl Allocator for &KernelContext<'_> {
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         // SAFETY: `Allocator::grow`'s contract, on memory of this context.
-        unsafe { self.regrow(ptr, old, new, |layout| Allocator::allocate(self, layout)) }
+        unsafe { self.regrow(ptr, old, new) }
     }
 
     #[inline]
@@ -586,41 +586,38 @@ unsafe impl Allocator for &KernelContext<'_> {
 }
 
 impl KernelContext<'_> {
-    /// `Allocator::grow` for every handle over this context: where the
-    /// block is, if the allocator can extend it (the newest block of the
-    /// thread's window), else a new block from `alloc` and a copy. Without
-    /// it every doubling of a `ScratchVec` left the old block behind.
+    /// `Allocator::grow` for every handle over this context: the
+    /// allocator's [`TempAllocator::grow`], which keeps the block where it
+    /// is when it can (the newest block of the thread's window), else
+    /// takes a new one and copies. Without it every doubling of a
+    /// `ScratchVec` left the old block behind. A refusal is noted with its
+    /// numbers, as a refused `allocate` is; without an allocator it is
+    /// [`Error::NoTempAllocator`].
     ///
     /// # Safety
     ///
     /// `Allocator::grow`'s: `ptr` is a live block this context's allocator
     /// handed out for `old`, given up to this call;
-    /// `new.size() >= old.size()`; `alloc` hands out memory of the same
-    /// allocator.
+    /// `new.size() >= old.size()`.
     #[inline]
     pub(crate) unsafe fn regrow(
         &self,
         ptr: NonNull<u8>,
         old: Layout,
         new: Layout,
-        alloc: impl FnOnce(Layout) -> Result<NonNull<[u8]>, AllocError>,
     ) -> Result<NonNull<[u8]>, AllocError> {
-        if ptr.as_ptr().addr() & (new.align() - 1) == 0 {
-            if let Some(temp) = self.temp() {
-                // SAFETY: the caller's contract is `resize_in_place`'s.
-                if unsafe { temp.resize_in_place(ptr, old, new.size()) } {
-                    return Ok(NonNull::slice_from_raw_parts(ptr, new.size()));
-                }
-            }
-        }
-        let to = alloc(new)?;
-        // SAFETY: the old block holds `old.size()` bytes, the new one at
-        // least `new.size() >= old.size()`, and they are distinct live
-        // blocks.
-        unsafe {
-            core::ptr::copy_nonoverlapping(ptr.as_ptr(), to.cast::<u8>().as_ptr(), old.size())
+        let Some(temp) = self.temp() else {
+            // No allocator handed out `ptr`: as `allocate` without one.
+            self.note(Error::NoTempAllocator);
+            return Err(AllocError);
         };
-        Ok(to)
+        // SAFETY: the caller's contract is `TempAllocator::grow`'s: the
+        // block is the allocator's, for `old`, live, given up to this call
+        // (so used by nothing else), and `new.size() >= old.size()`.
+        unsafe { temp.grow(ptr, old, new) }.map_err(|e| {
+            self.note(e);
+            AllocError
+        })
     }
 
     /// `Allocator::shrink` for every handle over this context: the same

@@ -655,9 +655,7 @@ unsafe impl Allocator for FrameAllocator<'_> {
         self.check()?;
         // SAFETY: `Allocator::grow`'s contract, on memory of the frame's
         // context.
-        unsafe {
-            (self.state.ctx).regrow(ptr, old, new, |layout| Allocator::allocate(self, layout))
-        }
+        unsafe { (self.state.ctx).regrow(ptr, old, new) }
     }
 
     #[inline]

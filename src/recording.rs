@@ -432,4 +432,8 @@ unsafe impl<A: TempAllocator> TempAllocator for RecordingAllocator<A> {
     fn stats(&self) -> Stats {
         self.inner.stats()
     }
+
+    // `resize_in_place` and `grow` keep the trait's defaults: a growth is
+    // the `allocate` (recorded above) and copy they fall back to, so a
+    // replay makes the same requests.
 }

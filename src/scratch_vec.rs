@@ -11,11 +11,12 @@ use crate::{Error, FrameAllocator, KernelContext};
 /// (`allocator_api2::vec::Vec<T, &KernelContext>`), aligned to
 /// `align_of::<T>()`. While its buffer is the newest block of the thread's
 /// window, it grows in place (with `CachingAllocator` and
-/// `FixedAllocator`, see
-/// [`resize_in_place`](crate::TempAllocator::resize_in_place)), so pushed
-/// to N bytes it holds about N; once other scratch follows it, growing
-/// copies and leaves the old buffer in scratch until the reset: reserve the
-/// final length up front when you know it.
+/// `FixedAllocator`; `BumpAllocator` moves it down into the room below it
+/// while its chunk has that room; see
+/// [`TempAllocator::grow`](crate::TempAllocator::grow)), so pushed to N
+/// bytes it holds about N; once other scratch follows it, growing copies
+/// and leaves the old buffer in scratch until the reset: reserve the final
+/// length up front when you know it.
 ///
 /// Like every `Vec`, `push`, `extend` and `reserve` **abort the process**
 /// when memory cannot be had. Where the budget may run out, use

@@ -108,6 +108,11 @@ pub unsafe trait TempAllocator: Sync {
     /// says `false`, and the caller then allocates and copies. Never
     /// shrinks (`new_size < old.size()` is `false`).
     ///
+    /// Collections grow through [`grow`](Self::grow), which tries this
+    /// first. An allocator that can reuse the newest block's room only by
+    /// moving it overrides `grow` instead: `BumpAllocator`, whose bumpalo
+    /// bumps downwards, says `false` here.
+    ///
     /// ```
     /// use std::alloc::Layout;
     /// use tempalloc::{CachingAllocator, TempAllocator};
@@ -131,6 +136,98 @@ pub unsafe trait TempAllocator: Sync {
         let _ = (ptr, old, new_size);
         false
     }
+
+    /// The allocation at `ptr` (handed out for `old`) made `new.size()`
+    /// bytes long and aligned to `new.align()`, its first `old.size()`
+    /// bytes kept: where it is if the allocator can, else possibly moved.
+    /// `Allocator::grow` of a [`KernelContext`](crate::KernelContext) and
+    /// a [`FrameAllocator`](crate::FrameAllocator) calls it, so a
+    /// [`ScratchVec`](crate::ScratchVec) or [`FrameVec`](crate::FrameVec)
+    /// pushed to N bytes holds about N where the allocator can.
+    ///
+    /// The default keeps `ptr` when it is aligned for `new` and
+    /// [`resize_in_place`](Self::resize_in_place) extends it
+    /// (`CachingAllocator`, `FixedAllocator`), else
+    /// [`allocate`](Self::allocate)s `new` and copies `old.size()` bytes
+    /// into it. `BumpAllocator` overrides it: the newest block takes the
+    /// room below it when its chunk has that room, and its bytes move down.
+    /// A wrapper forwards it (and `resize_in_place`) to keep the growth of
+    /// the allocator it wraps; one that keeps the default sees every
+    /// growth that moves as an `allocate`.
+    ///
+    /// After a successful call the memory is the returned block's, and
+    /// `ptr` must not be used again unless it is the returned pointer. On
+    /// an error the allocation at `ptr` is untouched and still the
+    /// caller's.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// use tempalloc::{BumpAllocator, TempAllocator};
+    ///
+    /// let temp = BumpAllocator::new();
+    /// let old = Layout::from_size_align(64, 8).unwrap();
+    /// let p = temp.allocate(old)?.cast::<u8>();
+    /// // SAFETY: `p` is `temp`'s live allocation for `old`: 64 bytes.
+    /// unsafe { p.as_ptr().write_bytes(7, 64) };
+    /// let new = Layout::from_size_align(256, 8).unwrap();
+    /// // SAFETY: `p` is `temp`'s live allocation for `old`, given up here,
+    /// // and 256 >= 64.
+    /// let q = unsafe { temp.grow(p, old, new) }?.cast::<u8>();
+    /// // SAFETY: `q` holds 256 bytes, the first 64 kept from `p`.
+    /// assert_eq!(unsafe { *q.as_ptr().add(63) }, 7);
+    /// // The newest block took the room next to it: 256 bytes live, not 320.
+    /// assert_eq!(temp.stats().bytes_live, 256);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`allocate`](Self::allocate) for `new`, when the allocation
+    /// cannot stay where it is and no memory can be had for it elsewhere.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` was handed out by this allocator's [`allocate`](Self::allocate)
+    /// (or a `grow` of it) for `old` since its last reset (and a rewind
+    /// since has not recycled it), the caller uses those bytes
+    /// exclusively, and `new.size() >= old.size()`.
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, Error> {
+        debug_assert!(new.size() >= old.size());
+        if ptr.as_ptr().addr() & (new.align() - 1) == 0
+            // SAFETY: the caller's contract is `resize_in_place`'s.
+            && unsafe { self.resize_in_place(ptr, old, new.size()) }
+        {
+            return Ok(NonNull::slice_from_raw_parts(ptr, new.size()));
+        }
+        // SAFETY: the caller's contract is `move_to`'s.
+        unsafe { move_to(self, ptr, old, new) }
+    }
+}
+
+/// The allocation at `ptr` copied to a new one for `new` from `temp`: the
+/// fallback of [`TempAllocator::grow`].
+///
+/// # Safety
+///
+/// `ptr` is a live allocation of `temp` of at least `old.size()` bytes,
+/// which the caller uses exclusively, and `new.size() >= old.size()`.
+pub(crate) unsafe fn move_to<A: ?Sized + TempAllocator>(
+    temp: &A,
+    ptr: NonNull<u8>,
+    old: Layout,
+    new: Layout,
+) -> Result<NonNull<[u8]>, Error> {
+    let to = temp.allocate(new)?;
+    // SAFETY: the old allocation holds `old.size()` bytes, the new one at
+    // least `new.size() >= old.size()` (the caller's contract), and they are
+    // distinct live allocations of `temp`, so disjoint.
+    unsafe { core::ptr::copy_nonoverlapping(ptr.as_ptr(), to.cast::<u8>().as_ptr(), old.size()) };
+    Ok(to)
 }
 
 /// The trait's methods for a pointer to an allocator: each forwards to it.
@@ -155,6 +252,17 @@ macro_rules! forward_to_inner {
         unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
             // SAFETY: the caller's contract, which is the inner allocator's.
             unsafe { (**self).resize_in_place(ptr, old, new_size) }
+        }
+
+        #[inline]
+        unsafe fn grow(
+            &self,
+            ptr: NonNull<u8>,
+            old: Layout,
+            new: Layout,
+        ) -> Result<NonNull<[u8]>, Error> {
+            // SAFETY: the caller's contract, which is the inner allocator's.
+            unsafe { (**self).grow(ptr, old, new) }
         }
     };
 }

@@ -27,8 +27,10 @@ fn a_vec_grows_through_many_reallocations_intact() {
             "{name}"
         );
         let allocations = temp.stats().allocations;
-        if name.starts_with("Caching") || name == crate::util::FIXED {
-            // The vector is the newest block: it grows in place (issue 31).
+        if name.starts_with("Caching") || name == crate::util::FIXED || name == "BumpAllocator" {
+            // The vector is the newest block: it grows in place (issue 31),
+            // or, in bumpalo, into the room below it while its chunk has
+            // that room.
             assert!(allocations < growths, "{name}: {allocations} requests");
         } else {
             assert_eq!(allocations, growths, "{name}: one request per growth");
