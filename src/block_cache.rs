@@ -2,6 +2,7 @@
 
 use core::alloc::Layout;
 use core::fmt;
+use core::ptr::NonNull;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -24,8 +25,15 @@ use crate::os::{Mapping, page_size};
 ///   cliff).
 /// - `max_bytes` (optional), a **hard limit** on everything taken from the
 ///   system through the cache, idle or lent out. A request that would pass
-///   it is refused with [`Error::BudgetExceeded`] after idle memory has been
-///   freed to make room; nothing already lent out is disturbed.
+///   it first gets the cache's idle memory, then the memory of the other
+///   allocators sharing the cache that no window of theirs is using (between
+///   their inferences, all of it; largest first, never below an allocator's
+///   [`retain`](crate::CachingConfig::retain()) cap, its floor); only if
+///   that cannot make room is it refused with [`Error::BudgetExceeded`].
+///   Nothing in use is disturbed, and an allocator that lost memory grows
+///   again at its next inference (its `Stats` show the system allocations).
+///   Allocators on such a cache keep no region leased between inferences
+///   and take their lock at each reset, so their reset is the full one.
 ///
 /// The limit is charged with one atomic operation, so allocators that grow
 /// at once (the first inference) do not serialise on the cache; a request
@@ -59,6 +67,34 @@ pub struct BlockCache {
     refusals: AtomicU64,
     /// System allocations left before an injected failure (0: none armed).
     fail_countdown: AtomicU64,
+    /// The allocators taking memory through the cache, where it has a hard
+    /// limit: their idle memory makes room before a request is refused.
+    sessions: Mutex<Vec<Session>>,
+}
+
+/// An allocator whose memory the cache may take back for another's growth
+/// under the hard limit: memory no window of it is using, above its floor.
+pub(crate) trait Reclaim: Sync {
+    /// Bytes it could give back now; 0 while it is busy (its lock held).
+    fn reclaimable(&self) -> usize;
+
+    /// Gives back up to `bytes` (largest regions first); returns how many
+    /// went back, 0 while it is busy.
+    fn reclaim(&self, bytes: usize) -> usize;
+}
+
+/// A registered allocator's [`Reclaim`]: alive until it unregisters.
+struct Session(NonNull<dyn Reclaim>);
+
+// SAFETY: a `Session` is only dereferenced as `&dyn Reclaim` (`Sync`), under
+// the `sessions` lock, while the allocator is registered, and the allocator
+// unregisters (taking that lock) before it frees what the pointer names.
+unsafe impl Send for Session {}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Session")
+    }
 }
 
 /// A snapshot of a [`BlockCache`]'s counters.
@@ -170,6 +206,7 @@ impl BlockCache {
             heap_blocks: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
             fail_countdown: AtomicU64::new(0),
+            sessions: Mutex::new(Vec::new()),
         }
     }
 
@@ -258,6 +295,59 @@ impl BlockCache {
         self.ledger.over(request)
     }
 
+    /// Registers `session` (an allocator's), so that a growth refused by
+    /// the hard limit takes back the memory it does not use first.
+    ///
+    /// # Errors
+    ///
+    /// When there is no memory for the entry.
+    ///
+    /// # Safety
+    ///
+    /// `session` stays valid until [`unregister`](Self::unregister)
+    /// removes it.
+    pub(crate) unsafe fn register(&self, session: NonNull<dyn Reclaim>) -> Result<(), ()> {
+        let mut sessions = self.sessions();
+        sessions.try_reserve(1).map_err(|_| ())?;
+        sessions.push(Session(session));
+        Ok(())
+    }
+
+    /// Removes `session`; once this returns, the cache does not reach it.
+    pub(crate) fn unregister(&self, session: NonNull<dyn Reclaim>) {
+        self.sessions()
+            .retain(|s| !core::ptr::addr_eq(s.0.as_ptr(), session.as_ptr()));
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, Vec<Session>> {
+        // Nothing panics under it, as for `idle`.
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes back, largest first, up to `bytes` of the memory the
+    /// registered allocators do not use, when together they can give at
+    /// least `bytes`; else takes nothing. Returns what went back.
+    fn reclaim(&self, bytes: usize) -> usize {
+        let sessions = self.sessions();
+        // SAFETY: registered, hence valid (`register`'s contract), and the
+        // lock keeps it registered while the reference lives.
+        let each = || sessions.iter().map(|s| unsafe { s.0.as_ref() });
+        if each().map(Reclaim::reclaimable).sum::<usize>() < bytes {
+            return 0;
+        }
+        let mut given = 0;
+        for _ in 0..sessions.len() {
+            let Some(largest) = each().max_by_key(|s| s.reclaimable()) else {
+                break;
+            };
+            given += largest.reclaim(bytes - given);
+            if given >= bytes {
+                break;
+            }
+        }
+        given
+    }
+
     fn idle(&self) -> MutexGuard<'_, VecDeque<Chunk>> {
         // Nothing panics while the lock is held and every statement leaves
         // the list consistent, so a poisoned lock is still good.
@@ -279,19 +369,26 @@ impl BlockCache {
         fit: impl Fn(usize) -> usize,
         request: Layout,
     ) -> Result<Charge<'_>, Error> {
-        let mut evicted = false;
+        let (mut evicted, mut reclaimed) = (false, false);
         loop {
             let refused = match self.ledger.charge(need, want, &fit, request) {
                 Err(refused) => refused,
                 charged => return charged,
             };
-            let room = self.ledger.room();
+            let short = need.saturating_sub(self.ledger.room());
             let idle = self.idle_bytes();
-            if evicted || need > room + idle {
-                return Err(refused);
+            if evicted || short > idle {
+                // Then memory no window of a session is using, which goes
+                // back idle (or is freed past the idle budget).
+                if reclaimed || self.reclaim(short - idle.min(short)) == 0 {
+                    return Err(refused);
+                }
+                reclaimed = true;
+                evicted = false;
+                continue;
             }
             // Idle memory goes before a request is refused.
-            self.evict_idle(idle - (need - room).min(idle));
+            self.evict_idle(idle - short);
             evicted = true;
         }
     }

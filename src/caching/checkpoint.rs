@@ -4,7 +4,6 @@
 
 use core::alloc::Layout;
 use core::ptr::{self, NonNull};
-use std::sync::PoisonError;
 
 use super::region::{FREE, Leased, Mark};
 use super::{CachingAllocator, Shared, regions};
@@ -220,10 +219,8 @@ impl CachingAllocator {
     /// [`Error::CheckpointClosed`] when a rewind to an earlier checkpoint
     /// already released it.
     pub fn rewind(&mut self, checkpoint: Checkpoint) -> Result<(), Error> {
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (mut shared, books) = super::exclusive(&mut self.core, self.reachable);
+        let shared = &mut *shared;
         let open = check(self.id, shared, &checkpoint)?;
         let (from, dedicated, canaries) = (open.marks, open.dedicated, open.canaries);
         // The marks taken at this checkpoint: up to the next one's.
@@ -248,17 +245,18 @@ impl CachingAllocator {
             } else {
                 FREE
             };
-            // SAFETY: `&mut self`: no thread holds a guard of the region or
-            // can make one, and this is its one guard.
+            // SAFETY: `&mut self` (and the lock, if other allocators can
+            // reach this one): no thread holds a guard of the region or can
+            // make one, and this is its one guard.
             live += unsafe { Leased::new(region) }.rewind(mark, next, &mut shared.totals);
         }
         shared.window_high = shared.window_high.max(live);
         shared.marks.truncate(from);
         shared.open.truncate(checkpoint.depth);
-        shared.free_dedicated(dedicated, &self.books);
+        shared.free_dedicated(dedicated, books);
         // The calling thread keeps its region if it leases it (a region with
         // a mark keeps its leaseholder, whoever that is).
-        if let Some(mine) = mine.filter(|&m| self.region(m).lease(me)) {
+        if let Some(mine) = mine.filter(|m| super::deref(m).lease(me)) {
             super::lease::remember(self.window.current, self.id, mine);
         }
         Ok(())

@@ -164,7 +164,9 @@ impl CachingConfig {
     /// next inference grows them again as it needs. ExecuTorch's caching
     /// allocator frees everything past its cap; this gives back only the
     /// excess, largest regions first. `None` (the default) keeps the most
-    /// each thread used.
+    /// each thread used. Over a [`BlockCache`](crate::BlockCache) with a
+    /// hard limit it is also the allocator's floor: another session's growth
+    /// takes back this one's idle memory, but never below the cap.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};

@@ -3,11 +3,13 @@
 
 use core::alloc::Layout;
 
+use std::sync::{MutexGuard, TryLockError};
+
 use super::books::{Books, chunk_size};
 use super::region::{FREE, Leased, RECLAIMING, Region, before_next};
-use super::{CachingAllocator, CachingConfig, Shared};
+use super::{CachingAllocator, CachingConfig, Core, Shared};
 use crate::Error;
-use crate::block_cache::ChunkOptions;
+use crate::block_cache::{ChunkOptions, Reclaim};
 use crate::chunk::Chunk;
 use crate::os::page_size;
 
@@ -169,7 +171,7 @@ impl CachingAllocator {
         // The region may gain a chunk.
         self.no_short_reset();
         let need = region.need(layout, &self.config);
-        let grown = region.grow(&self.books, &self.config, &need);
+        let grown = region.grow(self.books(), &self.config, &need);
         let Err(Error::BudgetExceeded { .. }) = grown else {
             return grown;
         };
@@ -182,7 +184,7 @@ impl CachingAllocator {
             return grown;
         }
         let need = region.need(layout, &self.config);
-        region.grow(&self.books, &self.config, &need)
+        region.grow(self.books(), &self.config, &need)
     }
 
     /// Gives back the memory of `own` (the caller's region, with nothing in
@@ -192,7 +194,7 @@ impl CachingAllocator {
     #[cold]
     #[inline(never)]
     fn make_room(&self, shared: &mut Shared, least: usize, own: Option<&mut Leased>) -> bool {
-        let (books, cache) = (&self.books, &self.books.cache);
+        let (books, cache) = (self.books(), &self.books().cache);
         let room = || {
             let own = books.ledger.room();
             let idle = cache.idle_bytes();
@@ -216,17 +218,73 @@ impl CachingAllocator {
             let Some(largest) = free().max_by_key(|r| r.held()).filter(|_| room() < least) else {
                 break;
             };
-            // A thread may lease it meanwhile, lock-free: then it is not ours.
-            if largest.lease(RECLAIMING) {
-                // SAFETY: `lease` stored `RECLAIMING` over FREE (no region is
-                // left RECLAIMING: reclaimers hold the lock and unlease), so
-                // no thread leases the region, and this is its one guard.
-                let mut reclaimed = unsafe { Leased::new(largest) };
-                // A FREE region's cursor is 0: nothing in it is in use.
-                reclaimed.shed(books, Some(0));
-                reclaimed.unlease(FREE);
-            }
+            shed_free(largest, books, 0);
         }
         true
+    }
+}
+
+/// Gives back the memory of `region`, FREE, down to `keep` bytes (see
+/// [`Leased::shed`]), unless a thread leases it first, lock-free; returns
+/// the bytes given back. The caller holds the allocator's lock.
+fn shed_free(region: &Region, books: &Books, keep: usize) -> usize {
+    // A thread may lease it meanwhile, lock-free: then it is not ours.
+    if !region.lease(RECLAIMING) {
+        return 0;
+    }
+    // SAFETY: `lease` stored `RECLAIMING` over FREE (no region is left
+    // RECLAIMING: reclaimers hold the allocator's lock and unlease), so no
+    // thread leases the region, and this is its one guard.
+    let mut reclaimed = unsafe { Leased::new(region) };
+    let before = reclaimed.held();
+    // A FREE region's cursor is 0: nothing in it is in use.
+    reclaimed.shed(books, Some(keep));
+    let given = before - reclaimed.held();
+    reclaimed.unlease(FREE);
+    given
+}
+
+impl Core {
+    /// The FREE regions with memory, and the lock's state, unless another
+    /// thread holds the lock.
+    fn idle(&self) -> Option<MutexGuard<'_, Shared>> {
+        match self.shared.try_lock() {
+            Ok(shared) => Some(shared),
+            Err(TryLockError::Poisoned(shared)) => Some(shared.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// Another allocator's growth under the cache's hard limit takes back the
+/// memory of this one's FREE regions (no window is using it), down to its
+/// floor, while its lock is free.
+impl Reclaim for Core {
+    fn reclaimable(&self) -> usize {
+        let Some(shared) = self.idle() else {
+            return 0;
+        };
+        let free = super::regions(&shared.regions).filter(|r| r.is_leased_to(FREE));
+        let free = free.map(Region::held).sum::<usize>();
+        free.min(self.books.ledger.held().saturating_sub(self.floor))
+    }
+
+    fn reclaim(&self, bytes: usize) -> usize {
+        let Some(shared) = self.idle() else {
+            return 0;
+        };
+        let mut given = 0;
+        for _ in 0..shared.regions.len() {
+            let above = self.books.ledger.held().saturating_sub(self.floor);
+            let largest = super::regions(&shared.regions)
+                .filter(|r| r.is_leased_to(FREE) && r.held() != 0)
+                .max_by_key(|r| r.held());
+            let Some(largest) = largest.filter(|_| given < bytes && above > 0) else {
+                break;
+            };
+            let take = (bytes - given).min(above);
+            given += shed_free(largest, &self.books, largest.held().saturating_sub(take));
+        }
+        given
     }
 }

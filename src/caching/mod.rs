@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub use checkpoint::Checkpoint;
 pub use config::CachingConfig;
 
-use crate::block_cache::{BlockCache, ChunkOptions};
+use crate::block_cache::{BlockCache, ChunkOptions, Reclaim};
 use crate::chunk::Chunk;
 use crate::os::page_size;
 use crate::temp::dangling;
@@ -85,10 +85,72 @@ pub struct CachingAllocator {
     /// growth, a region made, a dedicated chunk, a checkpoint, `prewarm`.
     /// Read under `&mut self`, so `Relaxed` is enough.
     short_reset: AtomicPtr<Region>,
-    shared: Mutex<Shared>,
-    books: Books,
+    /// The lock's state and the books, on the heap, where they stay while
+    /// the allocator moves: a cache with a hard limit reaches them to take
+    /// back this allocator's idle memory (see [`Core`]).
+    core: NonNull<Core>,
+    /// Whether the cache can reach `core` (it has a hard limit): then every
+    /// `&mut self` method takes the lock too, and a reset leases no region
+    /// into the next window, so that between inferences all of this
+    /// allocator's memory is idle to the other sessions.
+    reachable: bool,
     config: CachingConfig,
     id: u64,
+}
+
+/// What the slow path changes under the lock, and the books: what a cache
+/// with a hard limit may reach from another allocator's growth (through
+/// [`Reclaim`]) to take memory no window of this allocator is using.
+pub(super) struct Core {
+    shared: Mutex<Shared>,
+    books: Books,
+    /// `CachingConfig::retain`: the least this allocator keeps when another
+    /// one takes its idle memory back.
+    floor: usize,
+}
+
+/// What `exclusive` gives under `&mut self`: the lock's state, without
+/// the lock where nothing else can reach it.
+enum State<'a> {
+    Mine(&'a mut Shared),
+    Locked(MutexGuard<'a, Shared>),
+}
+
+impl core::ops::Deref for State<'_> {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        match self {
+            State::Mine(shared) => shared,
+            State::Locked(shared) => shared,
+        }
+    }
+}
+
+impl core::ops::DerefMut for State<'_> {
+    fn deref_mut(&mut self) -> &mut Shared {
+        match self {
+            State::Mine(shared) => shared,
+            State::Locked(shared) => shared,
+        }
+    }
+}
+
+/// The lock's state and the books of `core` (a `CachingAllocator`'s, to
+/// which the caller has `&mut`; `reachable` is its flag).
+fn exclusive(core: &mut NonNull<Core>, reachable: bool) -> (State<'_>, &Books) {
+    if reachable {
+        // SAFETY: `core` lives until the allocator drops (`try_with_cache`,
+        // `Drop`); other allocators reach it only as `&Core`, as here.
+        let core = unsafe { core.as_ref() };
+        let shared = core.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        return (State::Locked(shared), &core.books);
+    }
+    // SAFETY: as above, and unreachable from the cache: with `&mut` to the
+    // allocator no reference to `core` is alive, so this is the only one.
+    let Core { shared, books, .. } = unsafe { core.as_mut() };
+    let shared = shared.get_mut().unwrap_or_else(PoisonError::into_inner);
+    (State::Mine(shared), books)
 }
 
 /// What the slow path changes under the lock.
@@ -241,6 +303,35 @@ impl CachingAllocator {
             window_high: 0,
             totals: Totals::default(),
         };
+        let reachable = cache.max_bytes().is_some();
+        let core_value = Core {
+            shared: Mutex::new(shared),
+            books: Books::new(Arc::clone(&cache), config.max_bytes),
+            floor: config.retain.unwrap_or(0),
+        };
+        // SAFETY: `Core` is not zero-sized.
+        let memory = unsafe { std::alloc::alloc(Layout::new::<Core>()) };
+        let core = NonNull::new(memory.cast::<Core>()).ok_or(Error::OutOfMemory {
+            size: size_of::<Core>(),
+            align: align_of::<Core>(),
+        })?;
+        // SAFETY: fresh memory with `Core`'s layout, allocated as `Box` does
+        // (so a `Box` frees it: `Drop`).
+        unsafe { core.write(core_value) };
+        if reachable {
+            // SAFETY: `core` stays where it is and alive until `Drop`, which
+            // removes it from the cache first.
+            let registered = unsafe { cache.register(core as NonNull<dyn Reclaim>) };
+            if registered.is_err() {
+                // SAFETY: `core` was allocated and written just above, as
+                // `Box` does, and nothing else refers to it.
+                drop(unsafe { Box::from_raw(core.as_ptr()) });
+                return Err(Error::OutOfMemory {
+                    size: size_of::<usize>() * 2,
+                    align: align_of::<usize>(),
+                });
+            }
+        }
         Ok(CachingAllocator {
             window: lease::Windows::new(),
             fast_below: if config.debug_checks {
@@ -249,8 +340,8 @@ impl CachingAllocator {
                 config.dedicated_from()
             },
             short_reset: AtomicPtr::new(ptr::null_mut()),
-            shared: Mutex::new(shared),
-            books: Books::new(cache, config.max_bytes),
+            core,
+            reachable,
             config,
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed),
         })
@@ -263,7 +354,7 @@ impl CachingAllocator {
     /// assert_eq!(temp.cache().idle_bytes(), 0);
     /// ```
     pub fn cache(&self) -> &Arc<BlockCache> {
-        &self.books.cache
+        &self.books().cache
     }
 
     /// The configuration this allocator was made with.
@@ -291,9 +382,8 @@ impl CachingAllocator {
     /// ```
     pub fn release(&mut self) {
         self.reset();
-        let (all, books) = self.exclusive();
         // After a reset: nothing in use.
-        all.for_each(|mut region| region.shed(books, None));
+        self.each_region(|mut region, books| region.shed(books, None));
     }
 
     /// Gives back the pages no scratch uses now, keeping every region's
@@ -316,8 +406,7 @@ impl CachingAllocator {
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
     pub fn trim(&mut self) {
-        let (all, books) = self.exclusive();
-        all.for_each(|mut region| region.trim(books));
+        self.each_region(|mut region, books| region.trim(books));
     }
 
     /// Commits at load time what a recorded run's regions held
@@ -351,10 +440,7 @@ impl CachingAllocator {
     /// limit, [`Error::OutOfMemory`]); what was committed before stays.
     pub fn prewarm(&mut self, plan: &Plan) -> Result<(), Error> {
         self.no_short_reset();
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (mut shared, books) = exclusive(&mut self.core, self.reachable);
         for (i, &bytes) in plan.regions().iter().enumerate() {
             let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
             if shared.regions.len() == i {
@@ -367,7 +453,7 @@ impl CachingAllocator {
             let mut region = unsafe { Leased::new(deref(&shared.regions[i])) };
             if bytes > region.held() {
                 let need = region.need(layout, &self.config);
-                region.grow(&self.books, &self.config, &need)?;
+                region.grow(books, &self.config, &need)?;
             }
         }
         Ok(())
@@ -405,7 +491,17 @@ impl CachingAllocator {
     fn lock(&self) -> MutexGuard<'_, Shared> {
         // Nothing panics under the lock, and the slow path leaves `Shared`
         // consistent at every early return, so poison is ignored.
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+        (self.core().shared.lock()).unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn core(&self) -> &Core {
+        // SAFETY: `core` lives until the allocator drops (`try_with_cache`,
+        // `Drop`), and is reached only as `&Core` while `&self` is alive.
+        unsafe { self.core.as_ref() }
+    }
+
+    fn books(&self) -> &Books {
+        &self.core().books
     }
 
     /// A region of this allocator, for as long as the allocator.
@@ -476,19 +572,17 @@ impl CachingAllocator {
         extended
     }
 
-    /// Every region with its guard, and the books, under `&mut self`.
-    fn exclusive(&mut self) -> (impl Iterator<Item = Leased<'_>>, &Books) {
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: `&mut self`: no thread holds a guard or can make one while
-        // the iterator lives, and the list holds each region once, so each
-        // gets one guard (the iterator is not `Clone`).
-        (
-            regions(&shared.regions).map(|r| unsafe { Leased::new(r) }),
-            &self.books,
-        )
+    /// Runs `f` on every region with its guard, and the books, under
+    /// `&mut self`.
+    fn each_region(&mut self, mut f: impl FnMut(Leased<'_>, &Books)) {
+        let (shared, books) = exclusive(&mut self.core, self.reachable);
+        for region in regions(&shared.regions) {
+            // SAFETY: `&mut self` (and the lock, if other allocators can
+            // reach this one): no thread holds a guard of the region or can
+            // make one, and the list holds each region once, so this is its
+            // one guard.
+            f(unsafe { Leased::new(region) }, books);
+        }
     }
 
     /// Everything the fast path cannot serve: a request that does not fit,
@@ -558,7 +652,7 @@ impl CachingAllocator {
         // region the next kernel's threads need.) Not under a limit, whose
         // rule counts on each thread growing its own region (README,
         // `max_bytes`): there the budget rule reclaims idle room instead.
-        let limited = self.books.limited();
+        let limited = self.books().limited();
         // On reservations only: a heap region chains blocks and settles to
         // one at a reset, which moving on would undo every window.
         let capped =
@@ -635,10 +729,7 @@ impl CachingAllocator {
     /// caller), instead of one copy per thread that ever ran one. The other
     /// regions become FREE, for the frame's kernels' threads.
     fn adopt_largest(&mut self) {
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (shared, _) = exclusive(&mut self.core, self.reachable);
         let quiet = shared.open.is_empty() && shared.dedicated.is_empty();
         let (mine, me) = lease::mine(self.id);
         let largest = regions(&shared.regions).max_by_key(|r| r.held());
@@ -685,7 +776,7 @@ impl CachingAllocator {
             most: usize::MAX,
             ahead: true,
         };
-        let chunk = self.books.take(need, need, options, layout)?;
+        let chunk = self.books().take(need, need, options, layout)?;
         let pad = chunk.base().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
         // SAFETY: `pad < align`, and the chunk holds `size + extra + align -
         // page` usable bytes from a page-aligned start, so `pad + size +
@@ -708,7 +799,8 @@ impl CachingAllocator {
             self.lock().totals.allocations += 1;
             return Ok(dangling(layout));
         }
-        let padded = DebugState::padded(layout).map_err(|e| self.books.past_any_size(layout, e))?;
+        let padded =
+            DebugState::padded(layout).map_err(|e| self.books().past_any_size(layout, e))?;
         let dedicated = layout.size() >= self.config.dedicated_from();
         // Leased before the lock is taken: leasing may take it.
         let region = if dedicated {
@@ -739,10 +831,8 @@ impl CachingAllocator {
     /// chunks or checkpoints, or the first reset after a growth.
     #[inline(never)]
     fn reset_all(&mut self) {
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (mut guard, books) = exclusive(&mut self.core, self.reachable);
+        let shared = &mut *guard;
         if self.config.debug_checks {
             // Before any chunk goes back: the memory is still ours to poison.
             shared.totals.canary_violations += shared.debug.recycle(0);
@@ -751,33 +841,41 @@ impl CachingAllocator {
         // The new window first: no thread's old token may lead into a region
         // this loop frees, even if something in it panicked.
         let window = self.window.next();
-        let (mine, me) = lease::renew(self.id, window);
+        // Where other sessions may take idle memory back, every region is
+        // FREE between inferences: the resetting thread keeps none.
+        let (mine, me) = if self.reachable {
+            (None, FREE)
+        } else {
+            lease::renew(self.id, window)
+        };
         for region in regions(&shared.regions) {
             let next = if mine == Some(NonNull::from(region)) {
                 me
             } else {
                 FREE
             };
-            // SAFETY: `&mut self`: no thread holds a guard of the region or
-            // can make one, and this is its one guard.
+            // SAFETY: `&mut self` (and the lock, if other allocators can
+            // reach this one): no thread holds a guard of the region or can
+            // make one, and this is its one guard.
             let mut region = unsafe { Leased::new(region) };
             live += region.reset(false, &mut shared.totals);
-            region.settle(&self.books);
+            region.settle(books);
             region.unlease(next);
         }
-        shared.free_dedicated(0, &self.books);
+        shared.free_dedicated(0, books);
         shared.open.clear();
         shared.marks.clear();
         let high = core::mem::take(&mut shared.window_high).max(live);
         shared.end_window(high);
         // Every region settled, no dedicated chunk, no checkpoint: with one
         // region, the next reset may take the short path.
-        let plain = !self.config.debug_checks && self.config.retain.is_none();
+        let plain = !self.config.debug_checks && self.config.retain.is_none() && !self.reachable;
         let short = match shared.regions[..] {
             [only] if plain => only.as_ptr(),
             _ => ptr::null_mut(),
         };
         *self.short_reset.get_mut() = short;
+        drop(guard);
         if let Some(cap) = self.config.retain {
             self.retain(cap);
         }
@@ -797,12 +895,7 @@ impl CachingAllocator {
     #[cold]
     #[inline(never)]
     fn retain(&mut self, cap: usize) {
-        let (shared, books) = (
-            self.shared
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner),
-            &self.books,
-        );
+        let (shared, books) = exclusive(&mut self.core, self.reachable);
         for _ in 0..shared.regions.len() {
             let excess = books.ledger.held().saturating_sub(cap);
             let largest = regions(&shared.regions)
@@ -878,10 +971,13 @@ unsafe impl TempAllocator for CachingAllocator {
         let Some(only) = NonNull::new(*self.short_reset.get_mut()) else {
             return self.reset_all();
         };
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        // Never set where other allocators can reach `core` (`reset_all`).
+        debug_assert!(!self.reachable);
+        // SAFETY: `core` lives until the allocator drops, and nothing outside
+        // it can reach `core`: with `&mut` to the allocator, this is the only
+        // reference to it.
+        let shared = unsafe { self.core.as_mut() }.shared.get_mut();
+        let shared = shared.unwrap_or_else(PoisonError::into_inner);
         // SAFETY: `&mut self`: no thread holds a guard of the region or can
         // make one, and this is its one guard.
         let mut region = unsafe { Leased::new(deref(&only)) };
@@ -914,7 +1010,7 @@ unsafe impl TempAllocator for CachingAllocator {
             live += region.live();
         }
         let window = shared.window_high.max(live);
-        let books = &self.books;
+        let books = self.books();
         Stats {
             allocations,
             bytes_requested: requested,
@@ -958,11 +1054,15 @@ impl Shared {
 
 impl Drop for CachingAllocator {
     fn drop(&mut self) {
+        if self.reachable {
+            // First: no other allocator reaches `core` from now on.
+            self.books()
+                .cache
+                .unregister(self.core as NonNull<dyn Reclaim>);
+        }
         self.release();
-        let shared = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        // Unreachable now: the lock is not needed.
+        let (mut shared, _) = exclusive(&mut self.core, false);
         for region in shared.regions.drain(..) {
             // SAFETY: every region came from `Region::try_new`, which
             // allocated and initialised it as `Box` does, and is freed only
@@ -972,8 +1072,24 @@ impl Drop for CachingAllocator {
             // allocator).
             drop(unsafe { Box::from_raw(region.as_ptr()) });
         }
+        drop(shared);
+        // SAFETY: `core` was allocated as `Box` does in `try_with_cache` and
+        // is freed only here; the cache no longer reaches it (above), and
+        // `&mut self` means nothing else refers to it.
+        drop(unsafe { Box::from_raw(self.core.as_ptr()) });
     }
 }
+
+// SAFETY: `core` is owned as a `Box` would own it, and `Core` is `Send +
+// Sync` (its state is behind a mutex, its books are atomics: checked
+// below); the other fields are `Send + Sync` on their own.
+unsafe impl Send for CachingAllocator {}
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Core>();
+};
+// SAFETY: as above.
+unsafe impl Sync for CachingAllocator {}
 
 impl fmt::Debug for CachingAllocator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -4,9 +4,9 @@
 //! allocator and of the cache balance, whatever fails.
 
 use std::sync::Arc;
-use tempalloc::{BlockCache, CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
-use crate::util::page;
+use crate::util::{check, fill, page};
 
 fn cfg() -> CachingConfig {
     CachingConfig::default().debug_checks(false)
@@ -248,4 +248,125 @@ fn shared_cache_books_balance_under_faults() {
         }
         fail_nth_allocation(&cache, 0);
     }
+}
+
+/// Two sessions under one hard limit that does not hold both: the memory of
+/// the one between inferences (no window of it is using it) serves the
+/// other before it is refused, and the first grows again at its next
+/// inference (its stats show it). Where regions are reserved or not.
+#[test]
+fn a_session_takes_back_the_idle_memory_of_another_before_it_is_refused() {
+    let p = page();
+    for config in [cfg(), cfg().reserve(None)] {
+        let cache = Arc::new(BlockCache::with_limits(0, Some(64 * p)));
+        let mut a = CachingAllocator::with_cache(Arc::clone(&cache), config);
+        let mut b = CachingAllocator::with_cache(Arc::clone(&cache), config);
+        let inference = |temp: &mut CachingAllocator, seed: usize| {
+            let ctx = KernelContext::new(temp);
+            let got = ctx.allocate_temp(40 * p, 64).map(|m| fill(m, seed));
+            let got = got.map(|m| check(m, seed));
+            temp.reset();
+            got
+        };
+        inference(&mut a, 1).unwrap();
+        let a_held = a.stats().bytes_held;
+        assert!(a_held >= 40 * p, "{config:?}: {}", a.stats());
+        // B needs what A holds: A's memory goes back first.
+        inference(&mut b, 2).unwrap_or_else(|e| panic!("{config:?}: {e}"));
+        assert!(a.stats().bytes_held < a_held, "{config:?}: {}", a.stats());
+        assert!(
+            cache.stats().bytes_held <= 64 * p,
+            "{config:?}: {}",
+            cache.stats()
+        );
+        // A's next inference grows again, from B's memory now.
+        let before = a.stats().system_allocations;
+        inference(&mut a, 3).unwrap_or_else(|e| panic!("{config:?}: {e}"));
+        assert!(
+            a.stats().system_allocations > before,
+            "{config:?}: {}",
+            a.stats()
+        );
+    }
+}
+
+/// What a session uses in its window is never taken back: the other is
+/// refused, with the numbers, and the scratch stays as it was.
+#[test]
+fn memory_a_session_uses_in_its_window_is_never_taken_back() {
+    let p = page();
+    let cache = Arc::new(BlockCache::with_limits(0, Some(64 * p)));
+    let a = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
+    let b = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
+    let ctx = KernelContext::new(&a);
+    let live = fill(ctx.allocate_temp(40 * p, 64).unwrap(), 7);
+    let err = KernelContext::new(&b)
+        .allocate_temp(40 * p, 64)
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BudgetExceeded { requested, limit, .. } if requested == 40 * p && limit == 64 * p),
+        "{err}"
+    );
+    check(live, 7);
+}
+
+/// `retain` is a session's floor: another session never takes it below
+/// that, and is refused, with the numbers, when only that would make room.
+#[test]
+fn a_sessions_retain_cap_is_its_floor() {
+    if !crate::scenarios::mapped() {
+        // A heap block cannot shrink to the cap: the reset gives it back.
+        return;
+    }
+    let p = page();
+    let cache = Arc::new(BlockCache::with_limits(0, Some(64 * p)));
+    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), cfg().retain(Some(24 * p)));
+    let b = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
+    KernelContext::new(&a).allocate_temp(40 * p, 64).unwrap();
+    a.reset();
+    let floor = a.stats().bytes_held;
+    assert!((20 * p..=24 * p).contains(&floor), "{}", a.stats());
+    let err = KernelContext::new(&b)
+        .allocate_temp(48 * p, 64)
+        .unwrap_err();
+    assert!(matches!(err, Error::BudgetExceeded { .. }), "{err}");
+    assert_eq!(a.stats().bytes_held, floor);
+    // What the floor leaves is served.
+    let got = KernelContext::new(&b).allocate_temp(64 * p - floor, 64);
+    check(fill(got.unwrap(), 3), 3);
+    assert_eq!(a.stats().bytes_held, floor);
+}
+
+/// A reclaim the system refuses (the pages of the other session's region
+/// cannot be decommitted) refuses the request with the numbers; both
+/// sessions stay usable and their books balance with the cache's.
+#[test]
+fn a_reclaim_the_system_refuses_refuses_the_request() {
+    use tempalloc::testing::{SystemCall, refuse_system_calls};
+    if !crate::scenarios::mapped() {
+        return; // heap blocks are freed, which the system does not refuse
+    }
+    let p = page();
+    let cache = Arc::new(BlockCache::with_limits(0, Some(64 * p)));
+    let mut a = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
+    let mut b = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
+    KernelContext::new(&a).allocate_temp(40 * p, 64).unwrap();
+    a.reset();
+    refuse_system_calls(SystemCall::Decommit, 0, u32::MAX);
+    let refused = KernelContext::new(&b).allocate_temp(40 * p, 64).map(|_| ());
+    refuse_system_calls(SystemCall::Decommit, 0, 0);
+    assert!(
+        matches!(refused, Err(Error::BudgetExceeded { .. })),
+        "{refused:?}"
+    );
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sa.bytes_held + sb.bytes_held, cache.stats().bytes_held);
+    b.reset();
+    // With the system willing again, the same request is served.
+    check(
+        fill(KernelContext::new(&b).allocate_temp(40 * p, 64).unwrap(), 5),
+        5,
+    );
+    a.release();
+    b.release();
 }
