@@ -38,25 +38,67 @@ fn row(ctx: &KernelContext, input: &[f32], r: usize) -> Result<f32, Error> {
     Ok(tile.iter().sum::<f32>() / tile.len() as f32)
 }
 
+/// How a kernel's rows are spread over threads.
+#[derive(Clone, Copy)]
+enum Rows<'p> {
+    /// Over a work-stealing pool.
+    Pool(&'p ThreadPool),
+    /// Over this many fresh scoped threads, in shares that change with the
+    /// call (`turn`).
+    Fresh(usize),
+}
+
+/// The rows of one kernel over `rows`: row `r` of `act` from `input`.
+fn kernel(
+    ctx: &KernelContext,
+    act: &mut [f32],
+    input: &[f32],
+    rows: Rows,
+    turn: usize,
+) -> Result<(), Error> {
+    let width = width();
+    let one = |(r, out): (usize, &mut [f32])| {
+        out.fill(row(ctx, input, r)?);
+        Ok(())
+    };
+    let threads = match rows {
+        Rows::Pool(pool) => {
+            return pool.install(|| act.par_chunks_mut(width).enumerate().try_for_each(one));
+        }
+        Rows::Fresh(threads) => threads,
+    };
+    // Uneven shares: thread `t` takes about `2t + 1` parts in `threads²`,
+    // and which thread is busiest turns with every call.
+    let mut shares: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (r, out) in act.chunks_mut(width).enumerate() {
+        let draw = (r * 2_654_435_761 + turn * 40_503) % (threads * threads);
+        shares[(draw.isqrt() + turn) % threads].push((r, out));
+    }
+    std::thread::scope(|s| {
+        let all: Vec<_> = shares
+            .into_iter()
+            .map(|share| s.spawn(move || share.into_iter().try_for_each(one)))
+            .collect();
+        all.into_iter().try_for_each(|t| t.join().unwrap())
+    })
+}
+
 /// One inference: per layer an activation of `ROWS x WIDTH` in the frame and
-/// a kernel over the rows on `pool`; the layer means in a `FrameVec` that
-/// grows across kernels. Returns the last mean.
-fn inference(inf: &mut Frame<'_, CachingAllocator>, pool: &ThreadPool) -> Result<f32, Error> {
+/// a kernel over the rows, spread as `rows` says (`turn` counts the
+/// kernels); the layer means in a `FrameVec` that grows across kernels.
+/// Returns the last mean.
+fn inference(
+    inf: &mut Frame<'_, CachingAllocator>,
+    rows: Rows,
+    turn: &mut usize,
+) -> Result<f32, Error> {
     let width = width();
     let mut means = FrameVec::new_in(inf.allocator());
     let mut input: &[f32] = inf.scratch_fill::<f32>(width, 1.0)?;
     for _ in 0..LAYERS {
         let act = inf.scratch::<f32>(ROWS * width)?;
-        inf.kernel(|ctx| {
-            pool.install(|| {
-                act.par_chunks_mut(width)
-                    .enumerate()
-                    .try_for_each(|(r, out)| {
-                        out.fill(row(ctx, input, r)?);
-                        Ok(())
-                    })
-            })
-        })?;
+        *turn += 1;
+        inf.kernel(|ctx| kernel(ctx, act, input, rows, *turn))?;
         means.try_push(act.iter().sum::<f32>() / act.len() as f32)?;
         let act: &[f32] = act;
         input = &act[..width];
@@ -71,6 +113,9 @@ enum Place {
     OnThePool,
     /// The frame on the calling thread, only the kernels on the pool.
     OnTheCaller,
+    /// The frame on the calling thread, each kernel's rows over fresh
+    /// scoped threads, in shares that change from call to call.
+    FreshThreads,
 }
 
 /// Runs `INFERENCES` inferences at `workers` workers and returns the
@@ -82,11 +127,15 @@ fn run(workers: usize, place: Place, config: CachingConfig) -> Vec<Stats> {
         .unwrap();
     let mut temp = CachingAllocator::with_config(config);
     let mut seen = Vec::new();
-    let mut expected = None;
+    let (mut expected, mut turn) = (None, 0);
     for _ in 0..scaled(INFERENCES, 4) {
+        let turn = &mut turn;
         let out = match place {
-            Place::OnThePool => pool.install(|| temp.frame(|inf| inference(inf, &pool))),
-            Place::OnTheCaller => temp.frame(|inf| inference(inf, &pool)),
+            Place::OnThePool => {
+                pool.install(|| temp.frame(|inf| inference(inf, Rows::Pool(&pool), turn)))
+            }
+            Place::OnTheCaller => temp.frame(|inf| inference(inf, Rows::Pool(&pool), turn)),
+            Place::FreshThreads => temp.frame(|inf| inference(inf, Rows::Fresh(workers), turn)),
         };
         let out = out.unwrap();
         // The same inputs give the same answer, wherever the rows ran.
@@ -160,6 +209,11 @@ fn with_a_region_cap_the_frame_on_the_pool_is_held_within_1_25x() {
 )]
 fn with_a_region_cap_the_frame_on_the_caller_is_held_within_1_25x() {
     check_capped(Place::OnTheCaller);
+}
+
+#[test]
+fn with_a_region_cap_fresh_threads_per_kernel_are_held_within_1_25x() {
+    check_capped(Place::FreshThreads);
 }
 
 #[test]
