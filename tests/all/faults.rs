@@ -129,7 +129,7 @@ fn edges(buf: &mut [MaybeUninit<u8>], tag: usize) -> &mut [u8] {
     fill(&mut buf[..cut], tag)
 }
 
-fn configs() -> [(&'static str, CachingConfig); 3] {
+fn configs() -> [(&'static str, CachingConfig); 4] {
     let base = CachingConfig::default().min_block_size(sz(16 << 10));
     [
         ("checks off", base.debug_checks(false)),
@@ -138,6 +138,11 @@ fn configs() -> [(&'static str, CachingConfig); 3] {
             "dedicated",
             base.debug_checks(false)
                 .dedicated_threshold(Some(sz(256 << 10))),
+        ),
+        // A full region moves on to a new one: its chunk may be refused.
+        (
+            "region cap",
+            base.debug_checks(false).region_cap(Some(sz(32 << 10))),
         ),
     ]
 }
