@@ -890,14 +890,25 @@ unsafe impl TempAllocator for CachingAllocator {
         // window's high water is what is live now.
         debug_assert!(shared.open.is_empty() && shared.marks.is_empty() && shared.window_high == 0);
         debug_assert!(region.settled());
-        // The new window first, as in `reset_all`.
-        let window = self.window.next();
-        let (mine, me) = lease::renew(self.id, window);
-        let next = if mine == Some(only) { me } else { FREE };
+        // A calling thread that holds this window's token leases the one
+        // region (see `lease::leased`): the reset would lease it to the
+        // thread again, so the lease and the token stay as they are. Else
+        // the lease ends: a new window first, as in `reset_all`.
+        let (window, _) = lease::leased();
+        let next = if window == self.window.current {
+            debug_assert!(region.is_leased_to(lease::mine(self.id).1));
+            None
+        } else {
+            let window = self.window.next();
+            let (mine, me) = lease::renew(self.id, window);
+            Some(if mine == Some(only) { me } else { FREE })
+        };
         // At most one chunk, and no growth since the last reset moved it:
         // the window stayed in the first chunk.
         let live = region.reset(true, &mut shared.totals);
-        region.unlease(next);
+        if let Some(next) = next {
+            region.unlease(next);
+        }
         shared.end_window(live);
     }
 
