@@ -831,17 +831,14 @@ unsafe impl TempAllocator for CachingAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         // Every miss is a tail call to the slow path, so the fast path saves
         // no registers.
-        let (window, region) = lease::leased();
-        if window == self.window.current && layout.size() < self.fast_below {
-            // SAFETY: the calling thread leases the region it remembers under
-            // this window's token (see `lease::leased`), a region of this
-            // allocator, alive while `&self` is; this call holds no other
-            // guard of it.
-            if let Some(ptr) = unsafe { Leased::new(&*region) }.bump(layout) {
-                return Ok(ptr);
-            }
-        }
-        self.allocate_slow(layout)
+        // SAFETY: a `Layout`'s alignment is a power of two.
+        let fast = unsafe { self.fast(layout.size(), layout.align()) };
+        fast.map_or_else(|| self.allocate_slow(layout), Ok)
+    }
+
+    #[inline]
+    fn fast_path(&self) -> crate::temp::sealed::FastPath<'_> {
+        crate::temp::sealed::FastPath::Caching(self)
     }
 
     /// In the calling thread's region: moves the cursor from the
@@ -940,6 +937,30 @@ unsafe impl TempAllocator for CachingAllocator {
             cache_misses: books.ledger.misses.load(Relaxed),
             canary_violations: t.canary_violations,
         }
+    }
+}
+
+impl CachingAllocator {
+    /// The fast path of [`allocate`](TempAllocator::allocate), which a
+    /// [`KernelContext`](crate::KernelContext) inlines: `size` bytes
+    /// aligned to `align` bumped in the calling thread's region, or `None`
+    /// (then `allocate` serves the request, or says why not). Any `size`,
+    /// checked or not; an `align` of 0 is never served.
+    ///
+    /// # Safety
+    ///
+    /// `align` is a power of two or 0.
+    #[inline(always)]
+    pub(crate) unsafe fn fast(&self, size: usize, align: usize) -> Option<NonNull<[u8]>> {
+        let (window, region) = lease::leased();
+        if window != self.window.current || size >= self.fast_below {
+            return None;
+        }
+        // SAFETY: the calling thread leases the region it remembers under
+        // this window's token (see `lease::leased`), a region of this
+        // allocator, alive while `&self` is; this call holds no other guard
+        // of it. The caller's promise is `bump_raw`'s.
+        unsafe { Leased::new(&*region).bump_raw(size, align) }
     }
 }
 
