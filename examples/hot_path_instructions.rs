@@ -49,9 +49,10 @@ fn reset(temp: &mut CachingAllocator) {
     temp.reset();
 }
 
-/// A context over `temp` whose allocator the compiler cannot see: given one
-/// allocator type, it could make the `dyn TempAllocator` call direct and
-/// inline it, which a kernel in another crate does not get.
+/// A context over `temp` whose allocator the compiler cannot see, as a
+/// context a runtime in another crate hands a kernel: it learns which
+/// allocator it has through `dyn`, once, when it is made, and the kernel's
+/// requests then inline that allocator's fast path.
 fn opaque_context(temp: &dyn TempAllocator) -> KernelContext<'_> {
     KernelContext::new(black_box(temp))
 }

@@ -32,7 +32,7 @@ mod handles;
 
 use core::alloc::Layout;
 use core::ffi::{CStr, c_char, c_void};
-use core::ptr;
+use core::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use handles::{guard, on_cache, on_exclusive, on_shared};
@@ -625,12 +625,20 @@ unsafe fn allocate(
 ) -> Result<*mut c_void, Result<Error, tempalloc_error>> {
     // SAFETY: the caller guarantees `alloc` is NULL or live; concurrent
     // allocations only share it through `&`, which `CachingAllocator` (Sync)
-    // supports.
+    // supports. `fast` is called with `alignment` 0 or a power of two.
     let result = unsafe {
         on_shared(alloc, |alloc| {
-            let layout = Layout::from_size_align(size, alignment)
-                .map_err(|_| Error::layout(size, alignment));
-            Ok(layout.and_then(|layout| alloc.allocate(layout)))
+            // A power of two or 0: the fast path inlined, as a
+            // `KernelContext` makes it; the layout is made, and an error
+            // with its numbers, only where it does not serve the request.
+            if alignment & alignment.wrapping_sub(1) == 0 {
+                // (The `unsafe` block around this closure covers `fast`:
+                // `alignment` is 0 or a power of two.)
+                if let Some(p) = alloc.fast(size, alignment) {
+                    return Ok(Ok(p));
+                }
+            }
+            Ok(allocate_slow(alloc, size, alignment))
         })
     };
     match result {
@@ -638,6 +646,20 @@ unsafe fn allocate(
         Ok(Err(e)) => Err(Ok(e)),
         Err(code) => Err(Err(code)),
     }
+}
+
+/// What the fast path of [`tempalloc_allocate`] does not serve: bad input
+/// gets its error here, a valid request goes to `allocate`.
+#[cold]
+#[inline(never)]
+fn allocate_slow(
+    alloc: &CachingAllocator,
+    size: usize,
+    alignment: usize,
+) -> Result<NonNull<[u8]>, Error> {
+    let layout =
+        Layout::from_size_align(size, alignment).map_err(|_| Error::layout(size, alignment))?;
+    alloc.allocate(layout)
 }
 
 /// [`tempalloc_allocate`], with the numbers of a failure in `*detail`

@@ -4,13 +4,14 @@ use core::alloc::Layout;
 use core::fmt;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
-use core::ptr::NonNull;
+use core::ptr::{self, NonNull};
 
 use allocator_api2::alloc::{AllocError, Allocator};
 use bytemuck::Zeroable;
 
 use crate::failure::{FailureSlot, NoteSlot};
-use crate::{Error, TempAllocator};
+use crate::temp::sealed::FastPath;
+use crate::{Error, FixedAllocator, TempAllocator};
 
 /// The context a runtime hands a kernel on every execute call: a temp
 /// allocator (or none) and the kernel's failure state.
@@ -98,6 +99,8 @@ pub struct KernelContext<'a> {
     /// context while its kernels rewind the allocator through `&mut`, which
     /// a stored `&'a` would not survive. Each call makes a `&` for itself.
     temp: Option<NonNull<dyn TempAllocator + 'a>>,
+    /// The same allocator when the context makes its requests itself.
+    fast: Fast<'a>,
     failure: FailureSlot,
     /// The last request refused through the `Allocator` trait: its numbers,
     /// for an `Err` the kernel returns, never a failure of its own.
@@ -106,9 +109,72 @@ pub struct KernelContext<'a> {
     _temp: PhantomData<&'a dyn TempAllocator>,
 }
 
+/// The allocator behind a context when the context inlines its fast path
+/// (its `TempAllocator::fast_path` said which), so that a request makes no
+/// call; else both `None`, and requests go through `dyn`. Two options, not
+/// an enum: the test of the pointer is the test of the kind, one
+/// instruction fewer than a tag's.
+#[derive(Clone, Copy)]
+struct Fast<'a> {
+    #[cfg(feature = "std")]
+    caching: Option<NonNull<crate::CachingAllocator>>,
+    fixed: Option<NonNull<FixedAllocator<'a>>>,
+}
+
+impl<'a> Fast<'a> {
+    /// Requests through `dyn`.
+    const OTHER: Self = Fast {
+        #[cfg(feature = "std")]
+        caching: None,
+        fixed: None,
+    };
+
+    #[cfg(feature = "std")]
+    fn caching(caching: NonNull<crate::CachingAllocator>) -> Self {
+        let mut fast = Self::OTHER;
+        fast.caching = Some(caching);
+        fast
+    }
+
+    fn fixed(fixed: NonNull<FixedAllocator<'a>>) -> Self {
+        let mut fast = Self::OTHER;
+        fast.fixed = Some(fixed);
+        fast
+    }
+
+    /// The allocator's fast path for `size` bytes at `align`, where
+    /// `aligns` (`align` is 0 or a power of two); `None` where it does not
+    /// serve them, or there is none.
+    ///
+    /// Only while a method of the context that holds `self` runs.
+    #[inline(always)]
+    fn serve(self, size: usize, align: usize, aligns: bool) -> Option<NonNull<[u8]>> {
+        #[cfg(feature = "std")]
+        if let Some(caching) = self.caching {
+            if !aligns {
+                return None;
+            }
+            // SAFETY: the allocator behind the context's `temp` (see
+            // `from_ref` and `from_ptr`), live and used by nothing
+            // exclusively while a method of the context runs; `align` is 0
+            // or a power of two.
+            return unsafe { caching.as_ref().fast(size, align) };
+        }
+        if let Some(fixed) = self.fixed {
+            if !aligns {
+                return None;
+            }
+            // SAFETY: as above.
+            return unsafe { fixed.as_ref().fast(size, align) };
+        }
+        None
+    }
+}
+
 // SAFETY: the context is a `&'a dyn TempAllocator` (which is `Send` and
-// `Sync`, as every `TempAllocator` is `Sync`) kept as a pointer, and a
-// `FailureSlot`, which is `Send` and `Sync`.
+// `Sync`, as every `TempAllocator` is `Sync`) kept as a pointer, the same
+// allocator as a `CachingAllocator` or `FixedAllocator` pointer (both
+// `Sync`), and a `FailureSlot`, which is `Send` and `Sync`.
 unsafe impl Send for KernelContext<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for KernelContext<'_> {}
@@ -145,8 +211,16 @@ impl<'a> KernelContext<'a> {
 
     #[inline]
     fn from_ref(temp: Option<&'a dyn TempAllocator>) -> Self {
+        // Pointers from `&'a` references, valid for `'a`.
+        let fast = match temp.map(|t| t.fast_path()) {
+            #[cfg(feature = "std")]
+            Some(FastPath::Caching(caching)) => Fast::caching(NonNull::from(caching)),
+            Some(FastPath::Fixed(fixed)) => Fast::fixed(NonNull::from(fixed)),
+            Some(FastPath::Other) | None => Fast::OTHER,
+        };
         KernelContext {
             temp: temp.map(NonNull::from),
+            fast,
             failure: FailureSlot::new(),
             noted: NoteSlot::new(),
             _temp: PhantomData,
@@ -157,12 +231,27 @@ impl<'a> KernelContext<'a> {
     ///
     /// # Safety
     ///
-    /// Whenever a method of the context runs during `'a`, `temp` points to
-    /// a live allocator that nothing uses exclusively.
+    /// Now, and whenever a method of the context runs during `'a`, `temp`
+    /// points to a live allocator that nothing uses exclusively.
     #[inline]
     pub(crate) unsafe fn from_ptr<A: TempAllocator + 'a>(temp: NonNull<A>) -> Self {
+        // SAFETY: the caller's promise: `temp` points to a live allocator
+        // that nothing uses exclusively now.
+        let answer = unsafe { temp.as_ref() }.fast_path();
+        // Pointers made from `temp`, not from the reference (which the
+        // frame's `&mut` to the allocator, between the context's calls,
+        // would invalidate), and only where the answer is the allocator at
+        // `temp` itself (`A` is `CachingAllocator` or `FixedAllocator`), so
+        // that it is one at every call.
+        let fast = match answer {
+            #[cfg(feature = "std")]
+            FastPath::Caching(c) if ptr::addr_eq(c, temp.as_ptr()) => Fast::caching(temp.cast()),
+            FastPath::Fixed(f) if ptr::addr_eq(f, temp.as_ptr()) => Fast::fixed(temp.cast()),
+            _ => Fast::OTHER,
+        };
         KernelContext {
             temp: Some(temp),
+            fast,
             failure: FailureSlot::new(),
             noted: NoteSlot::new(),
             _temp: PhantomData,
@@ -206,6 +295,33 @@ impl<'a> KernelContext<'a> {
     /// allocator returns.
     #[inline]
     pub fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        self.take(layout.size(), layout.align())
+    }
+
+    /// `size` bytes aligned to `align`, the one check of both on the way:
+    /// the fast path of a `CachingAllocator` or `FixedAllocator`, inlined,
+    /// where `align` is a power of two (or 0, which their fast paths never
+    /// serve) and the allocator serves the request there; else
+    /// [`take_slow`](Self::take_slow). A layout known when the kernel is
+    /// compiled (`scratch::<f32>(n)`) folds the check of `align`.
+    #[inline(always)]
+    fn take(&self, size: usize, align: usize) -> Result<NonNull<[u8]>, Error> {
+        // A power of two or 0: one instruction fewer than `is_power_of_two`.
+        let aligns = align & align.wrapping_sub(1) == 0;
+        match self.fast.serve(size, align, aligns) {
+            Some(ptr) => Ok(ptr),
+            None => self.take_slow(size, align),
+        }
+    }
+
+    /// What the fast path did not serve: bad input gets its [`Error`]
+    /// here, with its numbers, and a valid request goes to the allocator
+    /// (through `dyn`), which serves it or says why not.
+    #[cold]
+    #[inline(never)]
+    fn take_slow(&self, size: usize, align: usize) -> Result<NonNull<[u8]>, Error> {
+        let layout =
+            Layout::from_size_align(size, align).map_err(|_| Error::layout(size, align))?;
         match self.temp() {
             Some(temp) => temp.allocate(layout),
             None => Err(Error::NoTempAllocator),
@@ -236,9 +352,7 @@ impl<'a> KernelContext<'a> {
         size: usize,
         align: usize,
     ) -> Result<&'a mut [MaybeUninit<u8>], Error> {
-        let layout =
-            Layout::from_size_align(size, align).map_err(|_| Error::layout(size, align))?;
-        let ptr = self.allocate(layout)?.cast::<MaybeUninit<u8>>();
+        let ptr = self.take(size, align)?.cast::<MaybeUninit<u8>>();
         // SAFETY: `TempAllocator` guarantees `size` bytes at `ptr`, aligned,
         // disjoint from every other live allocation and valid until the
         // allocator is reset or dropped, which needs `&mut A`: impossible
@@ -270,11 +384,10 @@ impl<'a> KernelContext<'a> {
     /// `isize::MAX`, else as [`allocate`](Self::allocate).
     #[inline]
     pub fn scratch_uninit<T>(&self, len: usize) -> Result<&'a mut [MaybeUninit<T>], Error> {
-        let layout = Layout::array::<T>(len).map_err(|_| Error::SizeOverflow {
-            size: len.saturating_mul(size_of::<T>()),
-            align: align_of::<T>(),
-        })?;
-        let ptr = self.allocate(layout)?.cast::<MaybeUninit<T>>();
+        // Past `isize::MAX`, `take` says so (or `overflow`, past `usize::MAX`).
+        let size = len.checked_mul(size_of::<T>());
+        let size = size.ok_or_else(|| overflow(align_of::<T>()))?;
+        let ptr = self.take(size, align_of::<T>())?.cast::<MaybeUninit<T>>();
         // SAFETY: as in `allocate_temp`: room for `len` values of `T`, aligned
         // for `T`, exclusive to us for `'a`; `MaybeUninit` needs no init.
         Ok(unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), len) })
@@ -338,11 +451,10 @@ impl<'a> KernelContext<'a> {
             return Err(Error::InvalidAlignment { align });
         }
         let align = align.max(align_of::<T>());
-        let size = len.saturating_mul(size_of::<T>());
-        let layout = Layout::array::<T>(len)
-            .and_then(|l| l.align_to(align))
-            .map_err(|_| Error::SizeOverflow { size, align })?;
-        let ptr = self.allocate(layout)?.cast::<T>().as_ptr();
+        // Past `isize::MAX`, `take` says so (or `overflow`, past `usize::MAX`).
+        let size = len.checked_mul(size_of::<T>());
+        let size = size.ok_or_else(|| overflow(align))?;
+        let ptr = self.take(size, align)?.cast::<T>().as_ptr();
         // SAFETY: room for `len` values of `T` at `ptr`, aligned (to more
         // than `T` needs), exclusive to us for `'a`; all-zero bytes are a
         // valid `T` (`T: Zeroable`), so after the write every element is
@@ -705,6 +817,16 @@ pub fn with_context<R, E: From<Error>>(
     };
     temp.reset();
     result
+}
+
+/// A request of more than `usize::MAX` bytes, aligned to `align`.
+#[cold]
+#[inline(never)]
+fn overflow(align: usize) -> Error {
+    Error::SizeOverflow {
+        size: usize::MAX,
+        align,
+    }
 }
 
 /// # Safety

@@ -313,12 +313,70 @@ impl<'buf> FixedAllocator<'buf> {
         }
     }
 
-    /// A zero-sized request: counted, served without touching the buffer.
+    /// What [`fast`](Self::fast) does not serve: a zero-sized request,
+    /// counted and served without touching the buffer, or one that does not
+    /// fit.
     #[cold]
     #[inline(never)]
-    fn zero_sized(&self, layout: Layout) -> NonNull<[u8]> {
+    fn allocate_slow(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
+        if layout.size() == 0 {
+            self.count.fetch_add(1, Relaxed);
+            return Ok(dangling(layout));
+        }
+        Err(self.full(layout))
+    }
+
+    /// The fast path of [`allocate`](TempAllocator::allocate), which a
+    /// [`KernelContext`](crate::KernelContext) inlines: `size` bytes (not
+    /// zero) aligned to `align` from the buffer, or `None` (then
+    /// `allocate` serves the request, or says why not). Any `size`,
+    /// checked or not; an `align` of 0 is never served.
+    ///
+    /// # Safety
+    ///
+    /// `align` is a power of two or 0.
+    #[inline(always)]
+    pub(crate) unsafe fn fast(&self, size: usize, align: usize) -> Option<NonNull<[u8]>> {
+        debug_assert!(align & align.wrapping_sub(1) == 0);
+        if size == 0 {
+            return None;
+        }
+        // Read once: the atomics below would make the compiler read it again.
+        let base = self.base;
+        let mut cursor = self.cursor.load(Relaxed);
+        let (start, pad) = loop {
+            debug_assert!(cursor <= self.capacity);
+            // Padding that aligns the address `base + cursor` (not the offset).
+            let pad =
+                base.as_ptr().addr().wrapping_add(cursor).wrapping_neg() & align.wrapping_sub(1);
+            // No overflow: `cursor <= capacity <= isize::MAX` and `pad <
+            // align <= 2^(usize::BITS - 1)`; `size` is checked. With `align`
+            // 0 (a mask of all ones) `start` is `2^usize::BITS - base`
+            // (`base + cursor` is non-zero and in the address space), past
+            // the buffer's end.
+            let start = cursor + pad;
+            let end = start.wrapping_add(size);
+            if end < start || end > self.capacity {
+                return None;
+            }
+            // Whoever moves the cursor past a range owns it.
+            match self
+                .cursor
+                .compare_exchange_weak(cursor, end, Relaxed, Relaxed)
+            {
+                Ok(_) => break (start, pad),
+                Err(now) => cursor = now,
+            }
+        };
         self.count.fetch_add(1, Relaxed);
-        dangling(layout)
+        if pad != 0 {
+            self.padding.fetch_add(pad, Release);
+        }
+        // SAFETY: `start + size <= capacity`, so `base + start` is inside the
+        // buffer (or one past its end, impossible here as `size > 0`).
+        let ptr = unsafe { base.add(start) };
+        debug_assert_eq!(ptr.as_ptr().addr() & (align - 1), 0);
+        Some(NonNull::slice_from_raw_parts(ptr, size))
     }
 }
 
@@ -350,45 +408,14 @@ fn next_id() -> usize {
 unsafe impl TempAllocator for FixedAllocator<'_> {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        let size = layout.size();
-        if size == 0 {
-            return Ok(self.zero_sized(layout));
-        }
-        let mut cursor = self.cursor.load(Relaxed);
-        let (start, pad) = loop {
-            debug_assert!(cursor <= self.capacity);
-            // Padding that aligns the address `base + cursor` (not the offset).
-            let pad = self
-                .base
-                .as_ptr()
-                .addr()
-                .wrapping_add(cursor)
-                .wrapping_neg()
-                & (layout.align() - 1);
-            // `Layout` keeps `size + align - 1 <= isize::MAX`, and `pad <
-            // align`, so `pad + size` does not overflow.
-            if pad + size > self.capacity - cursor {
-                return Err(self.full(layout));
-            }
-            let start = cursor + pad;
-            // Whoever moves the cursor past a range owns it.
-            match self
-                .cursor
-                .compare_exchange_weak(cursor, start + size, Relaxed, Relaxed)
-            {
-                Ok(_) => break (start, pad),
-                Err(now) => cursor = now,
-            }
-        };
-        self.count.fetch_add(1, Relaxed);
-        if pad != 0 {
-            self.padding.fetch_add(pad, Release);
-        }
-        // SAFETY: `start + size <= capacity`, so `base + start` is inside the
-        // buffer (or one past its end, impossible here as `size > 0`).
-        let ptr = unsafe { self.base.add(start) };
-        debug_assert_eq!(ptr.as_ptr().addr() & (layout.align() - 1), 0);
-        Ok(NonNull::slice_from_raw_parts(ptr, size))
+        // SAFETY: a `Layout`'s alignment is a power of two.
+        let fast = unsafe { self.fast(layout.size(), layout.align()) };
+        fast.map_or_else(|| self.allocate_slow(layout), Ok)
+    }
+
+    #[inline]
+    fn fast_path(&self) -> crate::temp::sealed::FastPath<'_> {
+        crate::temp::sealed::FastPath::Fixed(self)
     }
 
     /// Moves the cursor from the allocation's end to its new end, if the

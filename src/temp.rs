@@ -207,6 +207,33 @@ pub unsafe trait TempAllocator: Sync {
         // SAFETY: the caller's contract is `move_to`'s.
         unsafe { move_to(self, ptr, old, new) }
     }
+
+    /// The allocator whose request a [`KernelContext`](crate::KernelContext)
+    /// makes itself, inlined, instead of a call through `dyn`. Only this
+    /// crate's allocators (and the pointers it forwards through) answer
+    /// anything but [`FastPath::Other`](sealed::FastPath): outside the crate
+    /// the return type cannot be named, so the method cannot be overridden.
+    #[doc(hidden)]
+    #[inline]
+    fn fast_path(&self) -> sealed::FastPath<'_> {
+        sealed::FastPath::Other
+    }
+}
+
+/// What only this crate can name.
+pub(crate) mod sealed {
+    /// An allocator whose fast path a context calls directly (see
+    /// [`TempAllocator::fast_path`](super::TempAllocator::fast_path)).
+    #[derive(Clone, Copy)]
+    pub enum FastPath<'s> {
+        /// Through `dyn`.
+        Other,
+        /// This `CachingAllocator`.
+        #[cfg(feature = "std")]
+        Caching(&'s crate::CachingAllocator),
+        /// This `FixedAllocator`.
+        Fixed(&'s crate::FixedAllocator<'s>),
+    }
 }
 
 /// The allocation at `ptr` copied to a new one for `new` from `temp`: the
@@ -263,6 +290,11 @@ macro_rules! forward_to_inner {
         ) -> Result<NonNull<[u8]>, Error> {
             // SAFETY: the caller's contract, which is the inner allocator's.
             unsafe { (**self).grow(ptr, old, new) }
+        }
+
+        #[inline]
+        fn fast_path(&self) -> sealed::FastPath<'_> {
+            (**self).fast_path()
         }
     };
 }

@@ -281,9 +281,12 @@ enum Event {
     /// A thread at the region cap, with scratch in its region, moved on to
     /// another region and kept its own.
     MovedOn,
+    /// A reset kept the window: one region, leased by the resetting thread
+    /// under this window's token.
+    KeptWindow,
 }
 
-const EVENTS: usize = 9;
+const EVENTS: usize = 10;
 
 /// Counts of each [`Event`], over the runs that share it.
 #[derive(Default)]
@@ -532,9 +535,23 @@ impl Allocator {
 
     /// `TempAllocator::reset` and `Leased::reset`: every cursor to 0, every
     /// region FREE but the resetting thread's own, which it keeps. Called
-    /// only while no other model thread runs (`&mut self`).
+    /// only while no other model thread runs (`&mut self`). The short reset
+    /// of one region that the resetting thread leases under this window's
+    /// token keeps the window, the lease and the token: the model keeps
+    /// them whenever there is one region (the code, only on the short path).
     fn reset(&self, me: &mut Thread) {
-        for region in self.regions.lock().unwrap().iter() {
+        let regions = self.regions.lock().unwrap();
+        match &regions[..] {
+            [only] if me.window == self.window.load(Relaxed) => {
+                let owner = only.owner.load(Relaxed);
+                assert_eq!(owner, me.serial, "a token without its lease");
+                only.cursor.store(0, Relaxed);
+                self.coverage.note(Event::KeptWindow);
+                return;
+            }
+            _ => {}
+        }
+        for region in regions.iter() {
             region.cursor.store(0, Relaxed);
             let mine = me.region.as_ref().is_some_and(|m| Arc::ptr_eq(m, region));
             region
@@ -641,6 +658,11 @@ fn scenario(mutation: Mutation, coverage: &Arc<Coverage>) {
         })
     };
     let mut main = alloc.thread();
+
+    // Window 0: the main thread alone, with one region: the reset keeps
+    // the window (and the next request takes the fast path).
+    alloc.allocate(&mut main, 1).unwrap();
+    alloc.reset(&mut main);
 
     // Window 1: the main thread, the persistent one, and three fresh ones;
     // the first exits before the third starts, its region leased still.

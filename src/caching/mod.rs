@@ -924,17 +924,14 @@ unsafe impl TempAllocator for CachingAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         // Every miss is a tail call to the slow path, so the fast path saves
         // no registers.
-        let (window, region) = lease::leased();
-        if window == self.window.current && layout.size() < self.fast_below {
-            // SAFETY: the calling thread leases the region it remembers under
-            // this window's token (see `lease::leased`), a region of this
-            // allocator, alive while `&self` is; this call holds no other
-            // guard of it.
-            if let Some(ptr) = unsafe { Leased::new(&*region) }.bump(layout) {
-                return Ok(ptr);
-            }
-        }
-        self.allocate_slow(layout)
+        // SAFETY: a `Layout`'s alignment is a power of two.
+        let fast = unsafe { self.fast(layout.size(), layout.align()) };
+        fast.map_or_else(|| self.allocate_slow(layout), Ok)
+    }
+
+    #[inline]
+    fn fast_path(&self) -> crate::temp::sealed::FastPath<'_> {
+        crate::temp::sealed::FastPath::Caching(self)
     }
 
     /// In the calling thread's region: moves the cursor from the
@@ -986,14 +983,25 @@ unsafe impl TempAllocator for CachingAllocator {
         // window's high water is what is live now.
         debug_assert!(shared.open.is_empty() && shared.marks.is_empty() && shared.window_high == 0);
         debug_assert!(region.settled());
-        // The new window first, as in `reset_all`.
-        let window = self.window.next();
-        let (mine, me) = lease::renew(self.id, window);
-        let next = if mine == Some(only) { me } else { FREE };
+        // A calling thread that holds this window's token leases the one
+        // region (see `lease::leased`): the reset would lease it to the
+        // thread again, so the lease and the token stay as they are. Else
+        // the lease ends: a new window first, as in `reset_all`.
+        let (window, _) = lease::leased();
+        let next = if window == self.window.current {
+            debug_assert!(region.is_leased_to(lease::mine(self.id).1));
+            None
+        } else {
+            let window = self.window.next();
+            let (mine, me) = lease::renew(self.id, window);
+            Some(if mine == Some(only) { me } else { FREE })
+        };
         // At most one chunk, and no growth since the last reset moved it:
         // the window stayed in the first chunk.
         let live = region.reset(true, &mut shared.totals);
-        region.unlease(next);
+        if let Some(next) = next {
+            region.unlease(next);
+        }
         shared.end_window(live);
     }
 
@@ -1025,6 +1033,30 @@ unsafe impl TempAllocator for CachingAllocator {
             cache_misses: books.ledger.misses.load(Relaxed),
             canary_violations: t.canary_violations,
         }
+    }
+}
+
+impl CachingAllocator {
+    /// The fast path of [`allocate`](TempAllocator::allocate), which a
+    /// [`KernelContext`](crate::KernelContext) inlines: `size` bytes
+    /// aligned to `align` bumped in the calling thread's region, or `None`
+    /// (then `allocate` serves the request, or says why not). Any `size`,
+    /// checked or not; an `align` of 0 is never served.
+    ///
+    /// # Safety
+    ///
+    /// `align` is a power of two or 0.
+    #[inline(always)]
+    pub(crate) unsafe fn fast(&self, size: usize, align: usize) -> Option<NonNull<[u8]>> {
+        let (window, region) = lease::leased();
+        if window != self.window.current || size >= self.fast_below {
+            return None;
+        }
+        // SAFETY: the calling thread leases the region it remembers under
+        // this window's token (see `lease::leased`), a region of this
+        // allocator, alive while `&self` is; this call holds no other guard
+        // of it. The caller's promise is `bump_raw`'s.
+        unsafe { Leased::new(&*region).bump_raw(size, align) }
     }
 }
 

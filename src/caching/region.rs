@@ -241,32 +241,47 @@ impl<'a> Leased<'a> {
     /// Carves `layout` from the current chunk, or `None` if it does not fit.
     #[inline(always)]
     pub(super) fn bump(&mut self, layout: Layout) -> Option<NonNull<[u8]>> {
+        // SAFETY: a `Layout`'s alignment is a power of two.
+        unsafe { self.bump_raw(layout.size(), layout.align()) }
+    }
+
+    /// Carves `size` bytes aligned to `align` from the current chunk, or
+    /// `None` if they do not fit (any `size`: the caller need not have
+    /// checked it against `isize::MAX`). An `align` of 0 never fits.
+    ///
+    /// # Safety
+    ///
+    /// `align` is a power of two or 0.
+    #[inline(always)]
+    pub(super) unsafe fn bump_raw(&mut self, size: usize, align: usize) -> Option<NonNull<[u8]>> {
+        debug_assert!(align & align.wrapping_sub(1) == 0);
         let hot = &self.0.hot;
         let base = hot.base.load(Relaxed);
         let cursor = hot.cursor.load(Relaxed);
-        let pad = base.addr().wrapping_add(cursor).wrapping_neg() & (layout.align() - 1);
-        // No overflow: `cursor <= limit <= isize::MAX`, `pad < align`, and
-        // `Layout` keeps `size + align - 1 <= isize::MAX`.
+        let pad = base.addr().wrapping_add(cursor).wrapping_neg() & align.wrapping_sub(1);
+        // No overflow: `cursor <= limit <= isize::MAX` and `pad < align <=
+        // 2^(usize::BITS - 1)`; `size` is checked. With `align` 0 (a mask of
+        // all ones) `start` is `2^usize::BITS - base` (`base + cursor` is
+        // non-zero and in the address space), past the chunk's end.
         let start = cursor + pad;
-        let end = start + layout.size();
+        let end = start.checked_add(size)?;
         if end > hot.limit.load(Relaxed) {
             return None;
         }
         hot.cursor.store(end, Relaxed);
         // No overflow: live bytes sit in chunks.
-        hot.live
-            .store(hot.live.load(Relaxed) + layout.size(), Relaxed);
+        hot.live.store(hot.live.load(Relaxed) + size, Relaxed);
         hot.count
             .store(hot.count.load(Relaxed).wrapping_add(1), Relaxed);
         // `wrapping_add`: a region without a chunk has a dangling `base`,
         // where a zero-sized request may land; otherwise it equals `add`.
         let ptr = base.wrapping_add(start);
-        debug_assert!(ptr.addr() % layout.align() == 0);
+        debug_assert!(ptr.addr() % align == 0);
         // SAFETY: `base` is a chunk start or dangling, neither null, and the
         // offset stays in the chunk (or below `align` past the dangling one).
         Some(NonNull::slice_from_raw_parts(
             unsafe { NonNull::new_unchecked(ptr) },
-            layout.size(),
+            size,
         ))
     }
 

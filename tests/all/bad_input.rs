@@ -7,8 +7,8 @@
 use std::alloc::Layout;
 
 use tempalloc::{
-    BumpAllocator, CachingAllocator, CachingConfig, Error, KernelContext, MallocAllocator,
-    TempAllocator,
+    BumpAllocator, CachingAllocator, CachingConfig, Error, FixedAllocator, KernelContext,
+    MallocAllocator, TempAllocator,
 };
 
 use crate::util::{FIXED, FIXED_CAPACITY, HUGE, OwnedFixed, check, fill};
@@ -47,7 +47,12 @@ const ALL: &[(&str, Make)] = &[
 /// the allocator, checks the buffers, then serves one more request and
 /// checks again. Returns what `bad` returned.
 fn around<R>(name: &str, temp: &dyn TempAllocator, bad: impl FnOnce(&KernelContext) -> R) -> R {
-    let ctx = KernelContext::new(temp);
+    around_in(name, &KernelContext::new(temp), bad)
+}
+
+/// `around` in the context `ctx`.
+fn around_in<R>(name: &str, ctx: &KernelContext, bad: impl FnOnce(&KernelContext) -> R) -> R {
+    let temp = ctx.temp().unwrap();
     let sizes = if cfg!(miri) {
         [(10, 8), (300, 64), (5000, 4096)]
     } else {
@@ -59,7 +64,7 @@ fn around<R>(name: &str, temp: &dyn TempAllocator, bad: impl FnOnce(&KernelConte
         .map(|(tag, &(s, a))| fill(ctx.allocate_temp(s, a).unwrap(), tag))
         .collect();
     let served = temp.stats().allocations;
-    let result = bad(&ctx);
+    let result = bad(ctx);
     for (tag, buf) in before.iter().enumerate() {
         check(buf, tag);
     }
@@ -72,16 +77,38 @@ fn around<R>(name: &str, temp: &dyn TempAllocator, bad: impl FnOnce(&KernelConte
     result
 }
 
-/// Runs `row` against every allocator in `ALL`, with live buffers around it.
+/// Runs `row` against every allocator in `ALL`, with live buffers around it;
+/// then where the context makes the request itself (the allocator's fast
+/// path inlined, not a call through `dyn`): over a `FixedAllocator` (not
+/// behind `OwnedFixed`) and in a kernel frame of a `CachingAllocator`.
 fn for_all(mut row: impl FnMut(&str, &KernelContext)) {
+    // Once more after a reset (not under Miri, to save its time).
+    let passes = if cfg!(miri) { 1 } else { 2 };
     for (name, make) in ALL {
         let mut temp = make();
-        around(name, &*temp, |ctx| row(name, ctx));
-        if !cfg!(miri) {
-            // Once more after a reset (not under Miri, to save its time).
-            temp.reset();
+        for _ in 0..passes {
             around(name, &*temp, |ctx| row(name, ctx));
+            temp.reset();
         }
+    }
+    // Not `vec![..]`, whose element-by-element fill Miri takes minutes over.
+    let mut buf = Box::<[u8]>::new_uninit_slice(FIXED_CAPACITY);
+    let mut fixed = FixedAllocator::new(&mut buf);
+    for _ in 0..passes {
+        around(FIXED, &fixed, |ctx| row(FIXED, ctx));
+        fixed.reset();
+    }
+    let name = "CachingAllocator (kernel frame)";
+    let config = CachingConfig::default().debug_checks(false);
+    let mut caching = CachingAllocator::with_config(config);
+    for _ in 0..passes {
+        let framed = caching.frame(|inf| {
+            inf.kernel(|ctx| {
+                around_in(name, ctx, |ctx| row(name, ctx));
+                Ok::<_, Error>(())
+            })
+        });
+        framed.unwrap();
     }
 }
 
