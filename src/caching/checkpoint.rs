@@ -181,7 +181,7 @@ impl CachingAllocator {
         shared.open.push(open);
         Ok(Checkpoint {
             allocator: self.id,
-            resets: shared.totals.resets,
+            resets: self.totals.resets,
             depth,
             serial,
         })
@@ -221,7 +221,7 @@ impl CachingAllocator {
     pub fn rewind(&mut self, checkpoint: Checkpoint) -> Result<(), Error> {
         let (mut shared, books) = super::exclusive(&mut self.core, self.reachable);
         let shared = &mut *shared;
-        let open = check(self.id, shared, &checkpoint)?;
+        let open = check(self.id, self.totals.resets, shared, &checkpoint)?;
         let (from, dedicated, canaries) = (open.marks, open.dedicated, open.canaries);
         // The marks taken at this checkpoint: up to the next one's.
         let to = shared
@@ -230,7 +230,7 @@ impl CachingAllocator {
             .map_or(shared.marks.len(), |next| next.marks);
         if self.config.debug_checks {
             // Before any chunk goes back: the memory is still ours to poison.
-            shared.totals.canary_violations += shared.debug.recycle(canaries);
+            self.totals.canary_violations += shared.debug.recycle(canaries);
         }
         let mut live = shared.dedicated_live();
         // The new window first, as at a reset.
@@ -248,7 +248,7 @@ impl CachingAllocator {
             // SAFETY: `&mut self` (and the lock, if other allocators can
             // reach this one): no thread holds a guard of the region or can
             // make one, and this is its one guard.
-            live += unsafe { Leased::new(region) }.rewind(mark, next, &mut shared.totals);
+            live += unsafe { Leased::new(region) }.rewind(mark, next, &mut self.totals);
         }
         shared.window_high = shared.window_high.max(live);
         shared.marks.truncate(from);
@@ -263,17 +263,17 @@ impl CachingAllocator {
     }
 }
 
-/// Which rule, if any, keeps `checkpoint` from being rewound to; if none,
-/// the open checkpoint.
+/// Which rule, if any, keeps `checkpoint` from being rewound to (`now`:
+/// the allocator's resets so far); if none, the open checkpoint.
 fn check<'s>(
     allocator: u64,
+    now: u64,
     shared: &'s Shared,
     checkpoint: &Checkpoint,
 ) -> Result<&'s Open, Error> {
     if checkpoint.allocator != allocator {
         return Err(Error::ForeignCheckpoint);
     }
-    let now = shared.totals.resets;
     if checkpoint.resets != now {
         return Err(Error::StaleCheckpoint {
             taken_at: checkpoint.resets,

@@ -94,6 +94,9 @@ pub struct CachingAllocator {
     /// into the next window, so that between inferences all of this
     /// allocator's memory is idle to the other sessions.
     reachable: bool,
+    /// The counters that only `&mut self` methods change (resets, rewinds):
+    /// outside the lock, so the short reset takes none of it.
+    totals: Totals,
     config: CachingConfig,
     id: u64,
 }
@@ -169,6 +172,9 @@ pub(super) struct Shared {
     /// The most bytes live at once in this window, as of its last rewind
     /// (0 without one: a reset takes the most of it and what is live).
     window_high: usize,
+    /// The counters `&self` methods change under the lock: dedicated
+    /// chunks, zero-sized requests with the debug checks, `check`. Added
+    /// to the allocator's own in `stats`.
     totals: Totals,
 }
 
@@ -342,6 +348,7 @@ impl CachingAllocator {
             short_reset: AtomicPtr::new(ptr::null_mut()),
             core,
             reachable,
+            totals: Totals::default(),
             config,
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Relaxed),
         })
@@ -835,7 +842,7 @@ impl CachingAllocator {
         let shared = &mut *guard;
         if self.config.debug_checks {
             // Before any chunk goes back: the memory is still ours to poison.
-            shared.totals.canary_violations += shared.debug.recycle(0);
+            self.totals.canary_violations += shared.debug.recycle(0);
         }
         let mut live = shared.dedicated_live();
         // The new window first: no thread's old token may lead into a region
@@ -858,7 +865,7 @@ impl CachingAllocator {
             // reach this one): no thread holds a guard of the region or can
             // make one, and this is its one guard.
             let mut region = unsafe { Leased::new(region) };
-            live += region.reset(false, &mut shared.totals);
+            live += region.reset(false, &mut self.totals);
             region.settle(books);
             region.unlease(next);
         }
@@ -866,7 +873,7 @@ impl CachingAllocator {
         shared.open.clear();
         shared.marks.clear();
         let high = core::mem::take(&mut shared.window_high).max(live);
-        shared.end_window(high);
+        self.totals.end_window(high);
         // Every region settled, no dedicated chunk, no checkpoint: with one
         // region, the next reset may take the short path.
         let plain = !self.config.debug_checks && self.config.retain.is_none() && !self.reachable;
@@ -968,20 +975,20 @@ unsafe impl TempAllocator for CachingAllocator {
         let Some(only) = NonNull::new(*self.short_reset.get_mut()) else {
             return self.reset_all();
         };
-        // Never set where other allocators can reach `core` (`reset_all`).
-        debug_assert!(!self.reachable);
-        // SAFETY: `core` lives until the allocator drops, and nothing outside
-        // it can reach `core`: with `&mut` to the allocator, this is the only
-        // reference to it.
-        let shared = unsafe { self.core.as_mut() }.shared.get_mut();
-        let shared = shared.unwrap_or_else(PoisonError::into_inner);
         // SAFETY: `&mut self`: no thread holds a guard of the region or can
         // make one, and this is its one guard.
         let mut region = unsafe { Leased::new(deref(&only)) };
-        debug_assert!(shared.regions[..] == [only] && shared.dedicated.is_empty());
-        // No checkpoint since the last reset, so no rewind either: the
-        // window's high water is what is live now.
-        debug_assert!(shared.open.is_empty() && shared.marks.is_empty() && shared.window_high == 0);
+        #[cfg(debug_assertions)]
+        {
+            // Never set where other allocators can reach `core` (`reset_all`).
+            debug_assert!(!self.reachable);
+            let shared = self.lock();
+            debug_assert!(shared.regions[..] == [only] && shared.dedicated.is_empty());
+            // No checkpoint since the last reset, so no rewind either: the
+            // window's high water is what is live now.
+            debug_assert!(shared.open.is_empty() && shared.marks.is_empty());
+            debug_assert!(shared.window_high == 0);
+        }
         debug_assert!(region.settled());
         // A calling thread that holds this window's token leases the one
         // region (see `lease::leased`): the reset would lease it to the
@@ -998,20 +1005,23 @@ unsafe impl TempAllocator for CachingAllocator {
         };
         // At most one chunk, and no growth since the last reset moved it:
         // the window stayed in the first chunk.
-        let live = region.reset(true, &mut shared.totals);
+        let live = region.reset(true, &mut self.totals);
         if let Some(next) = next {
             region.unlease(next);
         }
-        shared.end_window(live);
+        self.totals.end_window(live);
     }
 
     fn stats(&self) -> Stats {
         let shared = self.lock();
-        let t = &shared.totals;
+        let (t, locked) = (&self.totals, &shared.totals);
         // Regions count their own requests until a reset or rewind folds
         // them in: what they hold is live, and requested.
-        let (mut allocations, mut requested, mut live) =
-            (t.allocations, t.bytes_requested, shared.dedicated_live());
+        let (mut allocations, mut requested, mut live) = (
+            t.allocations + locked.allocations,
+            t.bytes_requested + locked.bytes_requested,
+            shared.dedicated_live(),
+        );
         for region in regions(&shared.regions) {
             allocations += region.count() as u64;
             requested += region.live() as u64;
@@ -1031,7 +1041,7 @@ unsafe impl TempAllocator for CachingAllocator {
             window_high_water: t.last_window_high.max(window),
             cache_hits: books.ledger.hits.load(Relaxed),
             cache_misses: books.ledger.misses.load(Relaxed),
-            canary_violations: t.canary_violations,
+            canary_violations: t.canary_violations + locked.canary_violations,
         }
     }
 }
@@ -1060,17 +1070,18 @@ impl CachingAllocator {
     }
 }
 
-impl Shared {
+impl Totals {
     /// Closes the window at a reset: `high` is the most bytes it had live
     /// at once.
     #[inline]
     fn end_window(&mut self, high: usize) {
-        let totals = &mut self.totals;
-        totals.last_window_high = high;
-        totals.high_water = totals.high_water.max(high);
-        totals.resets += 1;
+        self.last_window_high = high;
+        self.high_water = self.high_water.max(high);
+        self.resets += 1;
     }
+}
 
+impl Shared {
     /// Bytes requested in `dedicated`.
     fn dedicated_live(&self) -> usize {
         self.dedicated.iter().map(|(_, size)| size).sum()
