@@ -5,7 +5,7 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 
 use crate::Error;
-use crate::os::{self, huge_page_size, page_size, system_page_size};
+use crate::os::{self, huge_page_size, page_size};
 
 /// How a block is obtained from the system.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -94,7 +94,9 @@ impl Block {
             unsafe { os::advise_huge_pages(ptr, size) };
         }
         if options.prefault {
-            block.prefault();
+            // SAFETY: exactly the allocation just made, writable, owned by
+            // `block` and handed out to no one yet.
+            unsafe { os::prefault_pages(ptr, size) };
         }
         Ok(block)
     }
@@ -114,15 +116,6 @@ impl Block {
     /// Whether this block was made with huge-page alignment.
     pub(crate) fn is_huge(&self) -> bool {
         self.layout.align() > page_size()
-    }
-
-    fn prefault(&self) {
-        // Every page the system has, so none faults on first use.
-        for offset in (0..self.size()).step_by(system_page_size()) {
-            // SAFETY: `offset < size`, so the byte is inside our allocation;
-            // a volatile write so the touch is not optimised away.
-            unsafe { self.ptr.as_ptr().add(offset).write_volatile(0) };
-        }
     }
 }
 

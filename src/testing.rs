@@ -4,6 +4,7 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+pub use crate::os::SystemCall;
 use crate::{BlockCache, Error, Rewind, Stats, TempAllocator};
 
 /// Wraps an allocator and fails its `n`th request (counted from 1 since the
@@ -177,22 +178,6 @@ unsafe impl<A: Rewind> Rewind for FailAt<A> {
 /// ```
 pub fn fail_nth_allocation(cache: &BlockCache, n: u64) {
     cache.fail_nth_allocation(n);
-}
-
-/// A system call of the OS layer that [`refuse_system_calls`] can make fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SystemCall {
-    /// Reserving address space for a region (`mmap`, `VirtualAlloc(MEM_RESERVE)`).
-    /// Refused, a reservation is retried at half the size, down to what the
-    /// request needs, then the region falls back to a heap block.
-    Reserve,
-    /// Committing pages of a reservation (`mprotect`, `VirtualAlloc(MEM_COMMIT)`).
-    Commit,
-    /// Giving committed pages back (`madvise` + `mprotect`,
-    /// `VirtualFree(MEM_DECOMMIT)`), as `trim` does. Refused, the pages stay
-    /// committed and counted.
-    Decommit,
 }
 
 /// Makes the OS layer's `call`s on **this thread** fail, as a system that

@@ -20,6 +20,9 @@
 use core::ffi::{CStr, c_int, c_void};
 use core::ptr::NonNull;
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use super::parse::parse_decimal;
+
 /// Whether `reserve` can succeed here.
 pub(super) const RESERVES: bool = cfg!(not(miri));
 
@@ -70,7 +73,7 @@ pub(super) fn huge_page_size(system_page: usize) -> Option<usize> {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn huge_page_from(hpage_pmd_size: Option<&[u8]>, system_page: usize) -> Option<usize> {
     match hpage_pmd_size {
-        Some(size) => super::parse_decimal(size.trim_ascii()),
+        Some(size) => parse_decimal(size.trim_ascii()),
         // Kernels before 4.13 lack the file; a PMD maps 2 MiB at 4 KiB pages.
         None => (system_page == 4096).then_some(2 << 20),
     }
@@ -210,27 +213,26 @@ pub(super) unsafe fn advise_huge_pages(start: NonNull<u8>, len: usize) {
 pub(super) unsafe fn advise_huge_pages(_: NonNull<u8>, _: usize) {}
 
 /// How pages are given back (see the module docs).
-#[cfg(target_vendor = "apple")]
-const DISCARD: c_int = libc::MADV_FREE_REUSABLE;
-#[cfg(any(
-    target_os = "freebsd",
-    target_os = "dragonfly",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-    target_os = "solaris"
-))]
-const DISCARD: c_int = libc::MADV_FREE;
-#[cfg(not(any(
-    target_vendor = "apple",
-    target_os = "freebsd",
-    target_os = "dragonfly",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-    target_os = "solaris"
-)))]
-const DISCARD: c_int = libc::MADV_DONTNEED;
+const DISCARD: c_int = discard_advice();
+
+/// [`DISCARD`] on this system: the first `return` compiled in, else
+/// `MADV_DONTNEED`. Each list of systems is written once, and a constant
+/// is named only where its system has it.
+#[allow(unreachable_code)] // where a `return` is compiled in
+const fn discard_advice() -> c_int {
+    #[cfg(target_vendor = "apple")]
+    return libc::MADV_FREE_REUSABLE;
+    #[cfg(any(
+        target_os = "freebsd",
+        target_os = "dragonfly",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "illumos",
+        target_os = "solaris"
+    ))]
+    return libc::MADV_FREE;
+    libc::MADV_DONTNEED
+}
 
 /// What undoes [`DISCARD`]'s accounting before pages are used again: Darwin
 /// counts `MADV_FREE_REUSABLE` pages out of the footprint until
@@ -303,29 +305,5 @@ mod tests {
         assert_eq!(huge_page_from(None, 4096), Some(2 << 20));
         assert_eq!(huge_page_from(None, 16384), None);
         assert_eq!(huge_page_from(Some(b"two megabytes"), 4096), None);
-    }
-
-    #[test]
-    fn the_huge_page_size_is_read_from_this_kernel() {
-        let dir = "/sys/kernel/mm/transparent_hugepage";
-        let Ok(size) = std::fs::read_to_string(format!("{dir}/hpage_pmd_size")) else {
-            return; // no THP here: nothing to compare with
-        };
-        let kernel: usize = size.trim().parse().unwrap();
-        let enabled = std::fs::read_to_string(format!("{dir}/enabled")).unwrap();
-        let expected = if enabled.contains("[never]") || kernel <= crate::os::page_size() {
-            None
-        } else {
-            Some(kernel)
-        };
-        assert_eq!(
-            crate::os::huge_page_size(),
-            expected,
-            "{size:?}, {enabled:?}"
-        );
-        assert_eq!(
-            huge_page_size(system_page_size()),
-            (!enabled.contains("[never]")).then_some(kernel)
-        );
     }
 }
