@@ -215,9 +215,10 @@ pub(super) unsafe fn advise_huge_pages(_: NonNull<u8>, _: usize) {}
 /// How pages are given back (see the module docs).
 const DISCARD: c_int = discard_advice();
 
-/// [`DISCARD`] on this system: the first `return` compiled in, else
-/// `MADV_DONTNEED`. Each list of systems is written once, and a constant
-/// is named only where its system has it.
+/// [`DISCARD`] on this system: the `return` compiled in for it, else
+/// `MADV_DONTNEED`. Each list of systems is written once; `MADV_FREE_REUSABLE`
+/// and `MADV_FREE` are named only where the system has them, `MADV_DONTNEED`
+/// everywhere (the systems listed have it too).
 #[allow(unreachable_code)] // where a `return` is compiled in
 const fn discard_advice() -> c_int {
     #[cfg(target_vendor = "apple")]
@@ -286,6 +287,12 @@ unsafe fn advise_retrying(ptr: *mut c_void, len: usize, advice: c_int) -> bool {
 #[cfg(all(test, any(target_os = "linux", target_os = "android"), not(miri)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn linux_and_android_give_pages_back_with_madv_dontneed() {
+        assert_eq!(DISCARD, libc::MADV_DONTNEED);
+        assert_eq!(REUSE, None);
+    }
 
     #[test]
     fn the_huge_page_is_what_hpage_pmd_size_says_at_each_page_size() {
