@@ -1,9 +1,31 @@
-//! Helpers for tests that force error paths.
+//! Helpers for tests that force error paths: a request
+//! ([`FailAt`]), a system allocation ([`fail_nth_allocation`]) or a system
+//! call ([`refuse_system_calls`]) made to fail; and the page size the
+//! allocators use ([`page_size`]), for expectations in whole pages.
+//!
+//! Behind the `test-util` feature, so a production build has none of it.
+//! Turn it on where the tests are, in `[dev-dependencies]` (as with tokio's
+//! `test-util`); cargo adds the feature only to builds of tests, examples
+//! and benchmarks:
+//!
+//! ```toml
+//! [dependencies]
+//! tempalloc = "0.1"
+//!
+//! [dev-dependencies]
+//! tempalloc = { version = "0.1", features = ["test-util"] }
+//! ```
 
+// Without `test-util` this module is private and holds only `SystemCall`,
+// which the OS layer's refusal hook names; everything else is the feature's.
+#[cfg(feature = "test-util")]
 use core::alloc::Layout;
+#[cfg(feature = "test-util")]
 use core::ptr::NonNull;
+#[cfg(feature = "test-util")]
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+#[cfg(feature = "test-util")]
 use crate::{BlockCache, Error, Rewind, Stats, TempAllocator};
 
 /// Wraps an allocator and fails its `n`th request (counted from 1 since the
@@ -25,6 +47,7 @@ use crate::{BlockCache, Error, Rewind, Stats, TempAllocator};
 /// assert_eq!(r, Err(oom));
 /// assert_eq!(temp.requests(), 2);
 /// ```
+#[cfg(feature = "test-util")]
 #[derive(Debug)]
 pub struct FailAt<A> {
     inner: A,
@@ -33,6 +56,7 @@ pub struct FailAt<A> {
     requests: AtomicU64,
 }
 
+#[cfg(feature = "test-util")]
 impl<A: TempAllocator> FailAt<A> {
     /// Fails request `n` (1 is the first) with
     /// [`Error::OutOfMemory`] for the request's layout, until
@@ -103,6 +127,7 @@ impl<A: TempAllocator> FailAt<A> {
 
 // SAFETY: every request that is not failed goes to `inner`, which upholds
 // the contract; a failed request hands out nothing.
+#[cfg(feature = "test-util")]
 unsafe impl<A: TempAllocator> TempAllocator for FailAt<A> {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         if self.requests.fetch_add(1, Relaxed) + 1 == self.n {
@@ -145,6 +170,7 @@ unsafe impl<A: TempAllocator> TempAllocator for FailAt<A> {
 /// ```
 // SAFETY: every call goes to `inner`, which upholds `Rewind`'s contract; the
 // memory it hands out is not inside `inner`, so not inside this wrapper.
+#[cfg(feature = "test-util")]
 unsafe impl<A: Rewind> Rewind for FailAt<A> {
     type Checkpoint = A::Checkpoint;
 
@@ -175,6 +201,7 @@ unsafe impl<A: Rewind> Rewind for FailAt<A> {
 /// assert!(matches!(ctx.scratch::<u8>(64), Err(Error::OutOfMemory { .. })));
 /// assert!(ctx.scratch::<u8>(64).is_ok()); // usable afterwards
 /// ```
+#[cfg(feature = "test-util")]
 pub fn fail_nth_allocation(cache: &BlockCache, n: u64) {
     cache.fail_nth_allocation(n);
 }
@@ -237,6 +264,7 @@ pub enum SystemCall {
 /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?;
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
+#[cfg(feature = "test-util")]
 pub fn refuse_system_calls(call: SystemCall, skip: u32, times: u32) {
     crate::os::refuse(call, skip, times);
 }
@@ -248,7 +276,7 @@ pub fn refuse_system_calls(call: SystemCall, skip: u32, times: u32) {
 /// let page = tempalloc::testing::page_size();
 /// assert!(page.is_power_of_two() && page >= 4096);
 /// ```
-#[doc(hidden)]
+#[cfg(feature = "test-util")]
 pub fn page_size() -> usize {
     crate::os::page_size()
 }
