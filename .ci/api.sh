@@ -39,6 +39,7 @@ grep -q 'Available on <strong>crate feature <code>std</code></strong> only' \
 grep -q 'Available on <strong>crate feature <code>capi</code></strong> only' \
     target/doc/tempalloc/capi/index.html
 grep -q 'crate feature <code>dyn-stack</code>' target/doc/tempalloc/struct.KernelContext.html
+grep -q '<code>test-util</code></strong> only' target/doc/tempalloc/testing/index.html
 grep -Eq '^all-features = true$' Cargo.toml
 
 # Issue 20, item 10: every C and C++ block of README.md and docs/capi.md,

@@ -104,9 +104,8 @@ typedef struct tempalloc_config {
   uint8_t huge_pages;
   /**
    * 1: canaries after every buffer and poison on reset, checked by
-   * [`tempalloc_check`] and at every reset (slower); 0: off. The default
-   * follows the library's build (on in debug builds). Any other value is
-   * an error.
+   * [`tempalloc_check`] and at every reset (slower); 0: off, the default
+   * in every build of the library. Any other value is an error.
    */
   uint8_t debug_checks;
 } tempalloc_config;
@@ -358,8 +357,8 @@ uint32_t tempalloc_version(void);
 /**
  * The configuration [`CachingAllocator::new`] uses: no idle budget, no hard
  * limit, first commits sized to the first request (`min_block_size` 0), no
- * dedicated blocks, no prefault, no huge pages, debug checks as the
- * library was built (on in debug builds).
+ * dedicated blocks, no prefault, no huge pages, no debug checks (in every
+ * build of the library).
  *
  * Thread safety: any thread, any time.
  */

@@ -280,6 +280,7 @@ impl BlockCache {
     }
 
     /// Arms fault injection: see [`crate::testing::fail_nth_allocation`].
+    #[cfg(feature = "test-util")]
     pub(crate) fn fail_nth_allocation(&self, n: u64) {
         self.fail_countdown.store(n, Relaxed);
     }

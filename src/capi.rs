@@ -180,9 +180,8 @@ pub struct tempalloc_config {
     /// other value is an error.
     pub huge_pages: u8,
     /// 1: canaries after every buffer and poison on reset, checked by
-    /// [`tempalloc_check`] and at every reset (slower); 0: off. The default
-    /// follows the library's build (on in debug builds). Any other value is
-    /// an error.
+    /// [`tempalloc_check`] and at every reset (slower); 0: off, the default
+    /// in every build of the library. Any other value is an error.
     pub debug_checks: u8,
 }
 
@@ -457,8 +456,8 @@ fn status<T>(result: Result<T, tempalloc_error>, out: Option<&mut T>) -> tempall
 
 /// The configuration [`CachingAllocator::new`] uses: no idle budget, no hard
 /// limit, first commits sized to the first request (`min_block_size` 0), no
-/// dedicated blocks, no prefault, no huge pages, debug checks as the
-/// library was built (on in debug builds).
+/// dedicated blocks, no prefault, no huge pages, no debug checks (in every
+/// build of the library).
 ///
 /// Thread safety: any thread, any time.
 #[unsafe(no_mangle)]

@@ -59,7 +59,7 @@
 //! # Features
 //!
 //! - `std` (default): everything below [`FixedAllocator`] in the list above,
-//!   [`BlockCache`], [`trace`] and [`testing`]. Without it the crate is
+//!   [`BlockCache`] and [`trace`]. Without it the crate is
 //!   `#![no_std]` and needs no heap: [`TempAllocator`], [`KernelContext`],
 //!   [`with_context`], [`Rewind`], [`Frame`], [`FrameAllocator`], [`Error`],
 //!   [`Stats`] and [`FixedAllocator`] use only `core` (and compare-and-swap, which
@@ -78,6 +78,17 @@
 //!   crate, re-exported).
 //! - `capi`: the C API (module `capi`, docs/capi.md); `cli`: the
 //!   `tempalloc-replay` binary. Both turn on `std`.
+//! - `test-util`: `tempalloc::testing`, failure injection for tests (a
+//!   request, a system allocation or a system call made to fail). Not for
+//!   production builds: turn it on where the tests are, as with tokio's
+//!   `test-util`:
+//!
+//!   ```toml
+//!   [dev-dependencies]
+//!   tempalloc = { version = "0.1", features = ["test-util"] }
+//!   ```
+//!
+//!   It needs `std` (on by default) and does not turn it on.
 //!
 //! On docs.rs every item says which feature it needs.
 #![cfg_attr(not(feature = "std"), no_std)]
@@ -145,7 +156,8 @@ mod malloc;
 mod os;
 #[cfg(feature = "std")]
 mod recording;
-#[cfg(feature = "std")]
+// Test aids, with `test-util` only: a production build has none of them.
+#[cfg(all(feature = "std", feature = "test-util"))]
 pub mod testing;
 #[cfg(feature = "std")]
 pub mod trace;

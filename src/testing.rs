@@ -1,4 +1,20 @@
-//! Helpers for tests that force error paths.
+//! Helpers for tests that force error paths: a request
+//! ([`FailAt`]), a system allocation ([`fail_nth_allocation`]) or a system
+//! call ([`refuse_system_calls`]) made to fail; and the page size the
+//! allocators use ([`page_size`]), for expectations in whole pages.
+//!
+//! Behind the `test-util` feature, so a production build has none of it.
+//! Turn it on where the tests are, in `[dev-dependencies]` (as with tokio's
+//! `test-util`); cargo adds the feature only to builds of tests, examples
+//! and benchmarks:
+//!
+//! ```toml
+//! [dependencies]
+//! tempalloc = "0.1"
+//!
+//! [dev-dependencies]
+//! tempalloc = { version = "0.1", features = ["test-util"] }
+//! ```
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
@@ -233,7 +249,6 @@ pub fn refuse_system_calls(call: SystemCall, skip: u32, times: u32) {
 /// let page = tempalloc::testing::page_size();
 /// assert!(page.is_power_of_two() && page >= 4096);
 /// ```
-#[doc(hidden)]
 pub fn page_size() -> usize {
     crate::os::page_size()
 }

@@ -41,8 +41,8 @@ pub struct CachingConfig {
 impl Default for CachingConfig {
     /// First commits sized to the first request, no dedicated chunks, no
     /// hard limit, the platform's reservation size
-    /// (README, "Platforms"), no retain cap, no region cap, no prefault, no huge pages;
-    /// debug checks in debug builds only.
+    /// (README, "Platforms"), no retain cap, no region cap, no prefault, no huge pages,
+    /// no debug checks: the same in every build profile.
     fn default() -> Self {
         CachingConfig {
             min_block_size: 0,
@@ -51,7 +51,7 @@ impl Default for CachingConfig {
             reserve: Some(region_reserve()),
             retain: None,
             region_cap: None,
-            debug_checks: cfg!(debug_assertions),
+            debug_checks: false,
             block: BlockOptions::default(),
         }
     }
@@ -277,9 +277,13 @@ impl CachingConfig {
     /// bytes more (and its alignment's padding), which counts as use in
     /// every memory bound; with the checks off the fast path is exactly as
     /// fast as without the option.
-    /// On by default in debug builds (`cfg!(debug_assertions)`).
+    /// Off by default in every build profile, debug builds included, so a
+    /// debug build takes the same paths and counts the same [`Stats`](crate::Stats)
+    /// as a release build; turn them on where you want them (in tests, or
+    /// under your own `cfg!(debug_assertions)`).
     ///
     /// ```
+    /// assert!(!tempalloc::CachingConfig::default().debug_checks);
     /// let c = tempalloc::CachingConfig::default().debug_checks(true);
     /// assert!(c.debug_checks);
     /// ```

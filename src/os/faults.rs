@@ -48,6 +48,7 @@ fn slot(call: SystemCall) -> usize {
 }
 
 /// Arms the test hook: see [`crate::testing::refuse_system_calls`].
+#[cfg(any(test, feature = "test-util"))]
 pub(crate) fn refuse(call: SystemCall, skip: u32, times: u32) {
     // Fails only while this thread's locals are destroyed; nothing to arm then.
     let _ = REFUSALS.try_with(|r| {

@@ -136,15 +136,10 @@ impl Mapping {
     }
 
     /// Commits pages up to `to` bytes from the base (a multiple of
-    /// [`page_size`], at most `reserved`, more than `committed`), touching
-    /// each when `prefault`. On `Err` nothing changed.
+    /// [`page_size`]), touching each when `prefault`. Past `reserved` is
+    /// `Err`, at most `committed` is `Ok` (nothing to do); on `Err` nothing changed.
     pub(crate) fn commit(&mut self, to: usize, prefault: bool) -> Result<(), Refused> {
-        debug_assert!(
-            to % page_size() == 0 && to <= self.reserved && to > self.committed,
-            "commit to {to} of {} reserved, {} committed",
-            self.reserved,
-            self.committed
-        );
+        debug_assert!(to % page_size() == 0, "commit to {to}: not whole pages");
         if to > self.reserved {
             return Err(Refused);
         }
@@ -167,18 +162,14 @@ impl Mapping {
     }
 
     /// Gives the pages from `to` bytes on back to the system (`to` a multiple
-    /// of [`page_size`], less than `committed`): they leave the resident set
+    /// of [`page_size`]; at least `committed` is `Ok`): they leave the resident set
     /// and are inaccessible until committed again, when they read as zero
     /// (Linux, Android, Windows) or hold unspecified bytes (Darwin and the
     /// BSDs, whose calls free pages lazily). The caller must hold no
     /// reference into them. On `Err` the system refused: `committed` is
     /// unchanged and the pages stay committed (their contents may be lost).
     pub(crate) fn decommit(&mut self, to: usize) -> Result<(), Refused> {
-        debug_assert!(
-            to % page_size() == 0 && to < self.committed,
-            "decommit to {to} of {} committed",
-            self.committed
-        );
+        debug_assert!(to % page_size() == 0, "decommit to {to}: not whole pages");
         if to >= self.committed {
             return Ok(());
         }

@@ -61,7 +61,10 @@ mod parse;
 mod policy;
 mod sys;
 
+// For `tempalloc::testing`, and the OS layer's own tests.
+#[cfg(any(test, feature = "test-util"))]
 pub use faults::SystemCall;
+#[cfg(any(test, feature = "test-util"))]
 pub(crate) use faults::refuse;
 pub(crate) use mapping::{Mapping, advise_huge_pages, prefault_pages};
 pub(crate) use page::{huge_page_size, page_size};

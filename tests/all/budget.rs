@@ -106,7 +106,7 @@ fn a_limit_covering_each_threads_window_and_a_page_serves_any_thread_count() {
         // rule cannot bound any lower.
         let stealing = chain * ((4 + threads * 64) * k + (threads + 2) * page);
         for (split, limit) in [(Split::Equal, tight), (Split::Stealing, stealing)] {
-            // With the debug checks (as a debug build has them) and without.
+            // With the debug checks and without.
             for debug_checks in [false, true] {
                 let config = CachingConfig::default().debug_checks(debug_checks);
                 let served = activations_and_workers(config, split, threads, limit);

@@ -29,15 +29,14 @@ pub const ALLOCATORS: &[(&str, Make)] = &[
     ("MallocAllocator", || Box::new(MallocAllocator::new())),
     #[cfg(feature = "std")]
     ("BumpAllocator", || Box::new(BumpAllocator::new())),
-    // The default: debug checks on in debug builds (every request through
-    // the locked, checked path), off in release.
+    // The default: the lock-free fast path, in every build.
     #[cfg(feature = "std")]
     ("CachingAllocator", || Box::new(CachingAllocator::new())),
-    // The lock-free fast path, in every build.
+    // Debug checks on: every request through the locked, checked path.
     #[cfg(feature = "std")]
-    ("CachingAllocator (checks off)", || {
+    ("CachingAllocator (debug checks)", || {
         Box::new(CachingAllocator::with_config(
-            CachingConfig::default().debug_checks(false),
+            CachingConfig::default().debug_checks(true),
         ))
     }),
     (FIXED, || Box::new(OwnedFixed::new(FIXED_CAPACITY))),
