@@ -5,7 +5,10 @@
 //! it.
 
 use core::alloc::Layout;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed,
+    Ordering::SeqCst,
+};
 
 use crate::Error;
 use crate::os::page_size;
@@ -90,27 +93,29 @@ impl Ledger {
     ) -> Result<Charge<'_>, Error> {
         let want = want.max(need);
         let Some(limit) = self.limit else {
+            let bytes = fit(want);
             self.pending.fetch_add(1, SeqCst);
-            self.held.fetch_add(fit(want), Relaxed);
+            self.held.fetch_add(bytes, Relaxed);
             return Ok(Charge {
                 ledger: self,
-                bytes: fit(want),
+                bytes,
             });
         };
         let mut waits = 0;
         loop {
-            // Pending before the bytes are counted, so a thread that sees
-            // them and is refused sees the charge too, and waits.
+            // Pending before the bytes are counted (the compare-and-swap
+            // releases it, the loads acquire it), so a thread that sees them
+            // and is refused sees the charge too, and waits.
             self.pending.fetch_add(1, SeqCst);
-            let mut now = self.held.load(Relaxed);
+            let mut now = self.held.load(Acquire);
             let refused = loop {
                 let room = room(now, limit);
                 if need > room {
                     break now;
                 }
                 let bytes = fit(want.min(room)).max(need);
-                debug_assert!(bytes <= room.max(need));
-                match (self.held).compare_exchange_weak(now, now + bytes, Relaxed, Relaxed) {
+                debug_assert!(bytes <= room);
+                match (self.held).compare_exchange_weak(now, now + bytes, AcqRel, Acquire) {
                     Ok(_) => {
                         return Ok(Charge {
                             ledger: self,
@@ -121,11 +126,17 @@ impl Ledger {
                 }
             };
             self.pending.fetch_sub(1, SeqCst);
-            if self.pending.load(SeqCst) == 0 || waits == WAITS {
+            // No other charge pending (a settled one's bytes are visible
+            // once its end is: `Charge::drop`), and nothing given back since
+            // the refusal: it stands.
+            let settled = self.pending.load(SeqCst) == 0;
+            if (settled && self.held.load(Acquire) == refused) || waits == WAITS {
                 return Err(over_budget(request, refused, limit));
             }
             waits += 1;
-            std::thread::yield_now();
+            if !settled {
+                std::thread::yield_now();
+            }
         }
     }
 
