@@ -352,6 +352,14 @@ unsafe impl TempAllocator for AnyTemp {
         // SAFETY: the caller's contract, which is the inner allocator's.
         each!(self, t => unsafe { t.grow(ptr, old, new) })
     }
+
+    /// The inner allocator's, so a context over an `AnyTemp` holding a
+    /// `CachingAllocator` makes its request inlined, as over the allocator
+    /// itself.
+    #[inline]
+    fn fast_path(&self) -> crate::temp::sealed::FastPath<'_> {
+        each!(self, t => t.fast_path())
+    }
 }
 
 // SAFETY: a checkpoint is the inner allocator's, tagged with its variant,
@@ -384,5 +392,20 @@ unsafe impl Rewind for AnyTemp {
             (AnyTemp::Custom(t), AnyCheckpoint::Custom(cp)) => t.rewind_dyn(cp),
             _ => Err(Error::ForeignCheckpoint),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AnyTemp;
+    use crate::temp::sealed::FastPath;
+    use crate::{BumpAllocator, CachingAllocator, TempAllocator};
+
+    #[test]
+    fn a_caching_variant_gives_its_fast_path() {
+        let caching = AnyTemp::Caching(CachingAllocator::new());
+        assert!(matches!(caching.fast_path(), FastPath::Caching(_)));
+        let bump = AnyTemp::Bump(BumpAllocator::new());
+        assert!(matches!(bump.fast_path(), FastPath::Other));
     }
 }
