@@ -68,6 +68,15 @@ cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/checked.c target/r
     -lpthread -ldl -lm -o target/checked-c
 target/checked-c
 
+# The static library built as code for an executable (docs/capi.md,
+# "Building the library"): the request's thread-local look-up is a plain
+# load, and the library links into an executable and runs.
+step "C library: static, as code for an executable (relocation-model=pie)"
+cargo rustc --quiet --release --lib --features capi --crate-type staticlib -- -C relocation-model=pie
+cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/smoke.c target/release/libtempalloc.a \
+    -lpthread -ldl -lm -o target/smoke-pie
+target/smoke-pie
+
 # Issue 31, item 4: CMake the way CMake users write it.
 step "CMake: install (SONAME, development link, package config), find_package, add_subdirectory, include, pkg-config"
 if ! command -v cmake >/dev/null || ! command -v pkg-config >/dev/null; then

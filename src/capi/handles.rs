@@ -198,6 +198,27 @@ pub(super) unsafe fn on_shared<T>(
     guard(|| f(temp))
 }
 
+/// The allocator behind `p` for the request's fast path, which takes no
+/// lock and cannot fail or panic: `None` for NULL, and always in checked
+/// builds, where every call goes through [`on_shared`] and its books.
+///
+/// # Safety
+///
+/// As [`on_shared`]'s: `p` is NULL or a live allocator handle that no call
+/// needing it exclusively uses for `'a`.
+#[inline(always)]
+pub(super) unsafe fn fast_shared<'a>(
+    p: *const tempalloc_allocator,
+) -> Option<&'a CachingAllocator> {
+    if cfg!(capi_checked) || p.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL, so by the caller a live allocator handle shared
+    // with concurrent calls only through `&`; only the allocator field is
+    // borrowed.
+    Some(unsafe { &*(*p).temp })
+}
+
 /// Runs `f` on the allocator behind `p`, for a call that needs it to itself
 /// (reset, release, checkpoint, rewind); errors as [`on_shared`].
 ///

@@ -42,6 +42,8 @@ int main(void) {
   /* Memory is taken in the first round only. */
   CHECK(warm >= 1 && stats.system_allocations == warm);
   CHECK(tempalloc_allocator_stats(NULL, &stats) == TEMPALLOC_ERROR_NULL_ARGUMENT);
+  CHECK(tempalloc_allocate(NULL, 16, 16, &error) == NULL);
+  CHECK(error == TEMPALLOC_ERROR_NULL_ARGUMENT);
   /* The numbers, and the message with them. */
   {
     tempalloc_error_detail detail;
