@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::capi::{build_and_run_file, compiler};
+use super::abi::{build_and_run_file, compiler};
 
 /// The fenced blocks of `text` whose info string is `lang`, with the line
 /// each starts on.

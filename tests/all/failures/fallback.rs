@@ -187,7 +187,7 @@ fn a_heap_region_that_outgrew_its_block_converges_to_one_block_sized_to_its_peak
 
 #[test]
 fn workloads_on_heap_blocks_converge_within_the_memory_target() {
-    crate::footprint::workloads_converge(fast().reserve(None));
+    crate::memory::footprint::workloads_converge(fast().reserve(None));
 }
 
 #[test]
