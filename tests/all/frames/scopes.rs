@@ -24,7 +24,7 @@ macro_rules! for_each_rewind {
     ($body:ident) => {{
         #[cfg(feature = "std")]
         $body(&mut caching());
-        // The same through the run-time choice (issue 20, item 4).
+        // The same through the run-time choice (`AnyTemp`).
         #[cfg(feature = "std")]
         $body(&mut tempalloc::AnyTemp::from(caching()));
         // Uninitialised without a per-byte loop, which Miri would interpret.
@@ -34,11 +34,11 @@ macro_rules! for_each_rewind {
 }
 
 #[test]
-fn the_issue_snippet_keeps_inference_scratch_across_kernels() {
-    for_each_rewind!(the_issue_snippet);
+fn inference_scratch_lives_across_kernels_and_kernel_scratch_is_recycled() {
+    for_each_rewind!(inference_and_three_kernels);
 }
 
-fn the_issue_snippet<A: Rewind>(temp: &mut A) {
+fn inference_and_three_kernels<A: Rewind>(temp: &mut A) {
     let r: Result<f32, Error> = temp.frame(|inf| {
         let act = inf.scratch::<f32>(1024)?;
         act[0] = 7.0;
