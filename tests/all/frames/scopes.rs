@@ -163,13 +163,14 @@ fn panicking_kernel<A: Rewind>(temp: &mut A) {
     temp.frame(|inf| {
         let act = fill(inf.allocate_temp(512, 64)?, 3);
         let mut at = 0;
+        // The kernel's result comes out only if it did not panic.
         let caught = catch_unwind(AssertUnwindSafe(|| {
-            let _ = inf.kernel(|ctx| -> Result<(), Error> {
+            inf.kernel(|ctx| -> Result<(), Error> {
                 at = fill(ctx.allocate_temp(4096, 64)?, 4).as_ptr() as usize;
                 panic!("kernel bug");
-            });
+            })
         }));
-        assert!(caught.is_err());
+        assert!(caught.is_err(), "the kernel returned: {caught:?}");
         // The unwind rewound the kernel: the next one gets the same memory.
         let next = inf.kernel(|ctx| Ok(ctx.allocate_temp(4096, 64)?.as_ptr() as usize))?;
         assert_eq!(next, at);
@@ -186,13 +187,14 @@ fn a_panicking_frame_still_resets() {
 }
 
 fn panicking_frame<A: Rewind>(temp: &mut A) {
+    // The frame's result comes out only if it did not panic.
     let caught = catch_unwind(AssertUnwindSafe(|| {
-        let _ = temp.frame(|inf| -> Result<(), Error> {
+        temp.frame(|inf| -> Result<(), Error> {
             inf.scratch::<u8>(1000)?;
             panic!("runtime bug");
-        });
+        })
     }));
-    assert!(caught.is_err());
+    assert!(caught.is_err(), "the frame returned: {caught:?}");
     assert_eq!(temp.stats().resets, 1);
     // And it still works.
     assert_eq!(
@@ -463,7 +465,9 @@ fn rewind_refuses_stale_and_foreign_checkpoints() {
     a.rewind(early).unwrap();
     assert!(matches!(a.rewind(late), Err(Error::StaleCheckpoint { .. })));
     assert_eq!(a.stats().bytes_live, 0);
-    let _ = b.rewind(b.checkpoint().unwrap());
+    // The allocator whose checkpoint was refused elsewhere rewinds to its
+    // own as before.
+    assert_eq!(b.rewind(b.checkpoint().unwrap()), Ok(()));
 }
 
 /// 8 nested checkpoints over 8 regions in use allocate nothing, the first
