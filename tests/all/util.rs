@@ -249,6 +249,51 @@ impl Lcg {
     }
 }
 
+/// Allocates a few patterned buffers, runs `bad` (a request that must fail)
+/// against `temp`, checks the buffers, then serves one more request and
+/// checks again: a failure leaves what was handed out intact and the
+/// allocator serving. Returns what `bad` returned; `name` is for messages.
+#[cfg(feature = "std")]
+pub fn with_live_buffers<R>(
+    name: &str,
+    temp: &dyn TempAllocator,
+    bad: impl FnOnce(&tempalloc::KernelContext) -> R,
+) -> R {
+    with_live_buffers_in(name, &tempalloc::KernelContext::new(temp), bad)
+}
+
+/// [`with_live_buffers`] in the context `ctx` (a kernel frame's, say).
+#[cfg(feature = "std")]
+pub fn with_live_buffers_in<R>(
+    name: &str,
+    ctx: &tempalloc::KernelContext,
+    bad: impl FnOnce(&tempalloc::KernelContext) -> R,
+) -> R {
+    let temp = ctx.temp().unwrap();
+    let sizes = if cfg!(miri) {
+        [(10, 8), (300, 64), (5000, 4096)]
+    } else {
+        [(100, 8), (5000, 64), (70_000, 4096)]
+    };
+    let before: Vec<&mut [u8]> = sizes
+        .iter()
+        .enumerate()
+        .map(|(tag, &(s, a))| fill(ctx.allocate_temp(s, a).unwrap(), tag))
+        .collect();
+    let served = temp.stats().allocations;
+    let result = bad(ctx);
+    for (tag, buf) in before.iter().enumerate() {
+        check(buf, tag);
+    }
+    let after = fill(ctx.allocate_temp(256, 64).unwrap(), 99);
+    check(after, 99);
+    for (tag, buf) in before.iter().enumerate() {
+        check(buf, tag);
+    }
+    assert!(temp.stats().allocations > served, "{name}: still serving");
+    result
+}
+
 /// Checks that `temp` (never reset yet) refuses `other`'s checkpoint and one
 /// that a reset made stale; the caller checks that nothing changed.
 pub fn refuses_foreign_and_stale<A: Rewind>(temp: &mut A, other: &A) {
