@@ -47,7 +47,7 @@ grep -Eq '^all-features = true$' Cargo.toml
 # `cargo test --features capi`; named here so a failure says where).
 step "C and C++ blocks of the docs"
 # The feature set of .ci/run's feature tests, whose build this reuses.
-cargo test --quiet --features capi,cli,dyn-stack --test all capi_docs
+cargo test --quiet --features capi,cli,dyn-stack --test all capi::docs::
 
 # Issue 20, item 13: the C library as a C or C++ project gets it.
 step "C library: the benchmark harness's build, SONAME, release-capi"

@@ -24,12 +24,12 @@ export CARGO_TERM_COLOR=never
 # checkpoints, threads, the property model, the debug checks); trace
 # parsing, the baseline model and the input tables are safe code that the
 # stacked-borrows run covers.
-TB_TESTS="os:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: plan:: frames:: fixed:: failure:: context:: malloc:: bump:: recording:: model:: stress:: debug_checks:: faults:: work::"
+TB_TESTS="os:: failure:: memory::footprint:: memory::threads:: memory::budget:: frames::checkpoints:: failures::fallback:: memory::sessions:: traces::plan:: frames::scopes:: allocators::fixed:: frames::context:: allocators::malloc:: allocators::bump:: traces::recording:: memory::model:: memory::stress:: failures::debug_checks:: failures::faults:: memory::work::"
 # What depends on the pointer width: the caching allocator's size classes,
 # per-window counters and budget arithmetic (`util::HUGE` at `1 << 30`),
 # sizes that overflow a 32-bit usize, and FixedAllocator and frames, whose
 # users are 32-bit microcontrollers.
-I686_TESTS="footprint:: threads:: budget:: checkpoints:: bad_input:: fallback:: stress:: fixed:: frames:: work::"
+I686_TESTS="memory::footprint:: memory::threads:: memory::budget:: frames::checkpoints:: failures::bad_input:: failures::fallback:: memory::stress:: allocators::fixed:: frames::scopes:: memory::work::"
 
 STRICT="-Zmiri-strict-provenance"
 # Each test's seconds under Miri in a recorded run (`RUN SECONDS NAME`), to

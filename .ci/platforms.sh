@@ -31,7 +31,7 @@ out=$root/target/platforms
 # filters: a test runs when its path contains one): the CachingAllocator's
 # promise modules. The lib's unit tests run whole as well. Extend this list
 # when a module that reserves, commits or decommits memory is added.
-OS_TESTS="frames:: stress:: footprint:: threads:: budget:: checkpoints:: fallback:: sessions:: refusals:: plan:: work::"
+OS_TESTS="frames::scopes:: memory::stress:: memory::footprint:: memory::threads:: memory::budget:: frames::checkpoints:: failures::fallback:: memory::sessions:: failures::refusals:: traces::plan:: memory::work::"
 
 # The page sizes of the kernels tempalloc must handle besides 4 KiB: Apple
 # Silicon, iOS and Android 15+ (16 KiB), some arm64 servers (64 KiB).
@@ -273,7 +273,7 @@ step_ulimit() {
 # makes every reservation refused, as the system refuses one, so every region
 # runs on heap blocks; each test asserts what the fallback promises where
 # its promise is a mapped region's (tests/all/scenarios.rs, `mapped`), and
-# `fallback::tempalloc_reserve_off_refuses_every_reservation` fails unless
+# `failures::fallback::tempalloc_reserve_off_refuses_every_reservation` fails unless
 # the variable was honoured.
 step_fallback() {
     export TEMPALLOC_RESERVE=off

@@ -85,6 +85,9 @@ fn out_of_memory() -> bool {
     ALLOWED.try_with(due).unwrap_or(false)
 }
 
+/// Applies `f` to this thread's counts. A thread whose thread-locals are
+/// already destroyed (its late destructors still allocate) has none: its
+/// allocations go uncounted, so `try_with`'s `AccessError` is dropped.
 fn count(f: impl FnOnce(&mut Counts)) {
     let _ = COUNTS.try_with(|c| {
         let mut counts = c.get();

@@ -1,4 +1,4 @@
-//! Issue 31, item 7: every path README.md and docs/ name either ships in the
+//! Every path README.md and docs/ name either ships in the
 //! package (Cargo.toml's `include`) or is said to be the repository's, so a
 //! reader of the crates.io or docs.rs copy is never sent to a file that is
 //! not there.

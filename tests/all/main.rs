@@ -1,4 +1,18 @@
-//! The integration tests, one binary with a module per topic.
+//! The integration tests, one binary with a directory per promise:
+//!
+//! - `scratch`: every allocator hands out scratch that is aligned, disjoint,
+//!   typed and counted, and collections grow in it.
+//! - `frames`: scratch lives until its scope (frame, kernel, checkpoint,
+//!   `with_context`) ends, and a kernel's failure comes out of it.
+//! - `allocators`: each allocator other than `CachingAllocator` keeps its own
+//!   promises (and the model of ExecuTorch's the benchmarks compare against).
+//! - `memory`: what a `CachingAllocator` holds follows what its threads use
+//!   in one window, within `max_bytes`, across sessions, with nothing leaked.
+//! - `failures`: bad input, exhausted memory, refused system calls and
+//!   injected faults are errors with their numbers (or a clean fallback),
+//!   never a crash, and the allocator serves the next request.
+//! - `traces`: a workload recorded, replayed and planned.
+//! - `capi`: the C ABI, its checks and the C and C++ of its docs.
 //!
 //! Without the `std` feature (`cargo test --no-default-features --test all`)
 //! only the modules that need nothing but `core` from the library are built,
@@ -6,85 +20,25 @@
 
 mod util;
 
-// `core` only from the library: these run without `std` too.
-mod alignment;
+// `core` only from the library (each directory declares its `std` modules
+// with their own `cfg`): these run without `std` too.
+mod allocators;
 mod counting;
 mod doc_paths;
-#[cfg(all(feature = "std", feature = "dyn-stack"))]
-mod dyn_stack;
-mod fixed;
-mod frame_api;
 mod frames;
-mod patterns;
-mod stats;
-mod typed;
+mod scratch;
 
-// The modules that need the library's `std` allocators, each with its own
-// `cfg` (not a macro around them all: rustfmt formats only the modules it
-// can see declared).
-#[cfg(feature = "std")]
-mod any_temp;
-#[cfg(feature = "std")]
-mod bad_input;
-#[cfg(feature = "std")]
-mod budget;
-#[cfg(feature = "std")]
-mod bump;
+// The directories that need the library's `std` allocators throughout, each
+// with its own `cfg` (not a macro around them all: rustfmt formats only the
+// modules it can see declared).
 #[cfg(feature = "std")]
 mod capi;
 #[cfg(feature = "std")]
-mod capi_checks;
+mod failures;
 #[cfg(feature = "std")]
-mod capi_docs;
-#[cfg(feature = "std")]
-mod checkpoints;
-#[cfg(feature = "std")]
-mod context;
-#[cfg(feature = "std")]
-mod debug_checks;
-#[cfg(feature = "std")]
-mod errors;
-#[cfg(feature = "std")]
-mod exact_size_cache;
-#[cfg(feature = "std")]
-mod fallback;
-#[cfg(feature = "std")]
-mod faults;
-#[cfg(feature = "std")]
-mod footprint;
-#[cfg(feature = "std")]
-mod grow_in_place;
-#[cfg(feature = "std")]
-mod handled;
-#[cfg(feature = "std")]
-mod hashbrown_map;
-#[cfg(feature = "std")]
-mod leaks;
-#[cfg(feature = "std")]
-mod malloc;
-#[cfg(feature = "std")]
-mod model;
-#[cfg(feature = "std")]
-mod plan;
-#[cfg(feature = "std")]
-mod recording;
-#[cfg(feature = "std")]
-mod refusals;
-#[cfg(feature = "std")]
-mod replay_cli;
+mod memory;
+// The shapes of work the promise files of `CachingAllocator` share.
 #[cfg(feature = "std")]
 mod scenarios;
 #[cfg(feature = "std")]
-mod sessions;
-#[cfg(feature = "std")]
-mod stress;
-#[cfg(feature = "std")]
-mod testing;
-#[cfg(feature = "std")]
-mod threads;
-#[cfg(feature = "std")]
-mod trace;
-#[cfg(feature = "std")]
-mod vec_in;
-#[cfg(feature = "std")]
-mod work;
+mod traces;

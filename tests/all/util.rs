@@ -5,6 +5,8 @@ use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::NonNull;
 
 #[cfg(feature = "std")]
+use tempalloc::testing::{SystemCall, refuse_system_calls};
+#[cfg(feature = "std")]
 use tempalloc::{BumpAllocator, CachingAllocator, CachingConfig, MallocAllocator};
 use tempalloc::{Error, FixedAllocator, Rewind, Stats, TempAllocator};
 
@@ -13,6 +15,56 @@ use tempalloc::{Error, FixedAllocator, Rewind, Stats, TempAllocator};
 #[cfg(feature = "std")]
 pub fn page() -> usize {
     tempalloc::testing::page_size()
+}
+
+/// Refuses this thread's system calls of one kind (`testing::refuse_system_calls`)
+/// while it lives, and clears every refusal of the thread when dropped, so
+/// that nothing the test set up outlives it, passed or not.
+#[cfg(feature = "std")]
+#[must_use = "the refusals end when this is dropped"]
+pub struct Refusing;
+
+#[cfg(feature = "std")]
+impl Refusing {
+    /// Refuses every one of this thread's `call`s until dropped.
+    pub fn every(call: SystemCall) -> Refusing {
+        Refusing::calls(call, 0, u32::MAX)
+    }
+
+    /// Lets the next `skip` of this thread's `call`s through, then refuses
+    /// `times` of them (`refuse_system_calls`' arguments).
+    pub fn calls(call: SystemCall, skip: u32, times: u32) -> Refusing {
+        refuse_system_calls(call, skip, times);
+        Refusing
+    }
+}
+
+#[cfg(feature = "std")]
+impl Drop for Refusing {
+    fn drop(&mut self) {
+        for call in [
+            SystemCall::Reserve,
+            SystemCall::Commit,
+            SystemCall::Decommit,
+        ] {
+            refuse_system_calls(call, 0, 0);
+        }
+    }
+}
+
+/// Asserts that a request a random workload made under a limit (or with
+/// failures injected) was served or refused as such a request may be
+/// (`BudgetExceeded`, `OutOfMemory`), and nothing else; what must hold
+/// either way (the books) is the caller's to check.
+#[cfg(feature = "std")]
+#[track_caller]
+pub fn served_or_refused<T>(r: Result<T, Error>) {
+    if let Err(e) = r {
+        assert!(
+            matches!(e, Error::BudgetExceeded { .. } | Error::OutOfMemory { .. }),
+            "a refusal with another error: {e}"
+        );
+    }
 }
 
 /// A request no system can serve: a quarter of the address space (1 << 62
@@ -195,6 +247,51 @@ impl Lcg {
             .wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 33) % n
     }
+}
+
+/// Allocates a few patterned buffers, runs `bad` (a request that must fail)
+/// against `temp`, checks the buffers, then serves one more request and
+/// checks again: a failure leaves what was handed out intact and the
+/// allocator serving. Returns what `bad` returned; `name` is for messages.
+#[cfg(feature = "std")]
+pub fn with_live_buffers<R>(
+    name: &str,
+    temp: &dyn TempAllocator,
+    bad: impl FnOnce(&tempalloc::KernelContext) -> R,
+) -> R {
+    with_live_buffers_in(name, &tempalloc::KernelContext::new(temp), bad)
+}
+
+/// [`with_live_buffers`] in the context `ctx` (a kernel frame's, say).
+#[cfg(feature = "std")]
+pub fn with_live_buffers_in<R>(
+    name: &str,
+    ctx: &tempalloc::KernelContext,
+    bad: impl FnOnce(&tempalloc::KernelContext) -> R,
+) -> R {
+    let temp = ctx.temp().unwrap();
+    let sizes = if cfg!(miri) {
+        [(10, 8), (300, 64), (5000, 4096)]
+    } else {
+        [(100, 8), (5000, 64), (70_000, 4096)]
+    };
+    let before: Vec<&mut [u8]> = sizes
+        .iter()
+        .enumerate()
+        .map(|(tag, &(s, a))| fill(ctx.allocate_temp(s, a).unwrap(), tag))
+        .collect();
+    let served = temp.stats().allocations;
+    let result = bad(ctx);
+    for (tag, buf) in before.iter().enumerate() {
+        check(buf, tag);
+    }
+    let after = fill(ctx.allocate_temp(256, 64).unwrap(), 99);
+    check(after, 99);
+    for (tag, buf) in before.iter().enumerate() {
+        check(buf, tag);
+    }
+    assert!(temp.stats().allocations > served, "{name}: still serving");
+    result
 }
 
 /// Checks that `temp` (never reset yet) refuses `other`'s checkpoint and one

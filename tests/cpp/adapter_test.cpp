@@ -226,7 +226,7 @@ void test_errors() {
   Adapter small(limited, 0);
   CHECK(small.allocate(4 << 20, 64) == nullptr);
   CHECK(small.last_error() == TEMPALLOC_ERROR_BUDGET_EXCEEDED);
-  // The numbers survive the C boundary (issue 20, item 11).
+  // The numbers survive the C boundary.
   tempalloc_error_detail detail = small.last_error_detail();
   CHECK(detail.code == TEMPALLOC_ERROR_BUDGET_EXCEEDED);
   CHECK(detail.requested == (4u << 20) && detail.limit == (1u << 20));
@@ -332,7 +332,7 @@ void test_checkpoints() {
   CHECK(temp.check() == TEMPALLOC_OK);
 }
 
-// ExecuTorch's MemoryAllocator shape (issue 20, item 12): a default
+// ExecuTorch's MemoryAllocator shape: a default
 // alignment on allocate() taken from the class, and non-virtual size() and
 // base_address() describing the buffer given to the constructor.
 class EtShapedAllocator {

@@ -4,9 +4,10 @@
 //! allocator and of the cache balance, whatever fails.
 
 use std::sync::Arc;
+use tempalloc::testing::SystemCall;
 use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
-use crate::util::{check, fill, page};
+use crate::util::{Refusing, check, fill, page, served_or_refused};
 
 fn cfg() -> CachingConfig {
     CachingConfig::default().debug_checks(false)
@@ -90,18 +91,17 @@ fn a_large_idle_reservation_serves_a_session_with_a_small_limit() {
 /// memory serves instead.
 #[test]
 fn a_refused_commit_on_an_idle_reservation_moves_to_other_memory() {
-    use tempalloc::testing::{SystemCall, refuse_system_calls};
     let cache = Arc::new(BlockCache::with_idle_budget(64 << 20));
     let mut a = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
     KernelContext::new(&a).allocate_temp(1 << 20, 64).unwrap();
     a.release();
     assert!(cache.idle_bytes() >= 1 << 20);
     let b = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
-    refuse_system_calls(SystemCall::Commit, 0, 1);
+    let refusing = Refusing::calls(SystemCall::Commit, 0, 1);
     let r = KernelContext::new(&b)
         .allocate_temp(2 << 20, 64)
         .map(|s| s.len());
-    refuse_system_calls(SystemCall::Commit, 0, 0);
+    drop(refusing);
     r.unwrap();
 }
 
@@ -149,7 +149,7 @@ fn the_books_match_the_cache_after_random_windows() {
                         s.spawn(move || {
                             let ctx = KernelContext::new(temp);
                             for &n in sz {
-                                let _ = ctx.allocate_temp(n, 64);
+                                served_or_refused(ctx.allocate_temp(n, 64));
                             }
                         });
                     }
@@ -160,8 +160,9 @@ fn the_books_match_the_cache_after_random_windows() {
                 1 => temp.release(),
                 2 => {
                     let cp = temp.checkpoint().unwrap();
-                    let _ =
-                        KernelContext::new(&temp).allocate_temp(rnd(30 * p as u64) as usize + 1, 8);
+                    served_or_refused(
+                        KernelContext::new(&temp).allocate_temp(rnd(30 * p as u64) as usize + 1, 8),
+                    );
                     temp.rewind(cp).unwrap();
                 }
                 _ => temp.reset(),
@@ -181,7 +182,7 @@ fn the_books_match_the_cache_after_random_windows() {
 /// refused commits and decommits: the books balance, and no limit is passed.
 #[test]
 fn shared_cache_books_balance_under_faults() {
-    use tempalloc::testing::{SystemCall, fail_nth_allocation, refuse_system_calls};
+    use tempalloc::testing::{fail_nth_allocation, refuse_system_calls};
     let p = page();
     let mut seed = 0x2545f4914f6cdd1du64;
     let mut rnd = move |n: u64| {
@@ -215,8 +216,10 @@ fn shared_cache_books_balance_under_faults() {
                 6 => {
                     let cp = ts[i].checkpoint().unwrap();
                     for _ in 0..rnd(4) {
-                        let _ = KernelContext::new(&ts[i])
-                            .allocate_temp(1 + rnd(30 * p as u64) as usize, 64);
+                        served_or_refused(
+                            KernelContext::new(&ts[i])
+                                .allocate_temp(1 + rnd(30 * p as u64) as usize, 64),
+                        );
                     }
                     ts[i].rewind(cp).unwrap();
                 }
@@ -224,8 +227,10 @@ fn shared_cache_books_balance_under_faults() {
                     cache.evict_idle(rnd(20 * p as u64) as usize);
                 }
                 _ => {
-                    let _ = KernelContext::new(&ts[i])
-                        .allocate_temp(1 + rnd(30 * p as u64) as usize, 1 << rnd(14));
+                    served_or_refused(
+                        KernelContext::new(&ts[i])
+                            .allocate_temp(1 + rnd(30 * p as u64) as usize, 1 << rnd(14)),
+                    );
                 }
             }
             let c = cache.stats();
@@ -342,7 +347,6 @@ fn a_sessions_retain_cap_is_its_floor() {
 /// sessions stay usable and their books balance with the cache's.
 #[test]
 fn a_reclaim_the_system_refuses_refuses_the_request() {
-    use tempalloc::testing::{SystemCall, refuse_system_calls};
     if !crate::scenarios::mapped() {
         return; // heap blocks are freed, which the system does not refuse
     }
@@ -352,9 +356,9 @@ fn a_reclaim_the_system_refuses_refuses_the_request() {
     let mut b = CachingAllocator::with_cache(Arc::clone(&cache), cfg());
     KernelContext::new(&a).allocate_temp(40 * p, 64).unwrap();
     a.reset();
-    refuse_system_calls(SystemCall::Decommit, 0, u32::MAX);
+    let refusing = Refusing::every(SystemCall::Decommit);
     let refused = KernelContext::new(&b).allocate_temp(40 * p, 64).map(|_| ());
-    refuse_system_calls(SystemCall::Decommit, 0, 0);
+    drop(refusing);
     assert!(
         matches!(refused, Err(Error::BudgetExceeded { .. })),
         "{refused:?}"

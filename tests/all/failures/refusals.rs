@@ -4,34 +4,18 @@
 //! Each is an error or a clean fallback: never a crash, never a lost buffer,
 //! and the books say what the system did.
 
-use tempalloc::testing::{SystemCall, refuse_system_calls};
+use tempalloc::testing::SystemCall;
 use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
 
-use crate::util::{check, fill};
+use crate::util::{Refusing, check, fill};
 
 fn fast() -> CachingConfig {
     CachingConfig::default().debug_checks(false)
 }
 
-/// Clears this thread's refusals when a test ends, passed or not.
-struct Clear;
-
-impl Drop for Clear {
-    fn drop(&mut self) {
-        for call in [
-            SystemCall::Reserve,
-            SystemCall::Commit,
-            SystemCall::Decommit,
-        ] {
-            refuse_system_calls(call, 0, 0);
-        }
-    }
-}
-
 #[test]
 fn refused_reservations_fall_back_to_heap_blocks_that_serve_every_request() {
-    let _clear = Clear;
-    refuse_system_calls(SystemCall::Reserve, 0, u32::MAX);
+    let _refusing = Refusing::every(SystemCall::Reserve);
     let mut temp = CachingAllocator::with_config(fast());
     let cache = std::sync::Arc::clone(temp.cache());
     // Under Miri (which reserves nothing, so every region is heap blocks
@@ -61,12 +45,11 @@ fn refused_reservations_fall_back_to_heap_blocks_that_serve_every_request() {
 
 #[test]
 fn a_refused_commit_moves_the_region_and_loses_nothing() {
-    let _clear = Clear;
     let mut temp = CachingAllocator::with_config(fast());
     let ctx = KernelContext::new(&temp);
     let a = fill(ctx.allocate_temp(10_000, 64).unwrap(), 1);
     let held = temp.stats().bytes_held;
-    refuse_system_calls(SystemCall::Commit, 0, 1);
+    let _refusing = Refusing::calls(SystemCall::Commit, 0, 1);
     // Past the first commit: the region must grow, and the system says no
     // to that range, not to memory: the region moves to other memory.
     let b = fill(ctx.allocate_temp(1 << 20, 64).unwrap(), 2);
@@ -94,7 +77,6 @@ fn a_refused_decommit_keeps_the_books_and_the_region_still_grows() {
     // A review found `trim` at a boundary a 16 KiB kernel rejects lowering
     // `bytes_held` with nothing freed, after which every growth of the
     // region failed. The books must follow what the system did.
-    let _clear = Clear;
     // The region's chunk keeps a window's 2 MiB committed; 10 000 bytes of
     // the next window are live below them. (Heap blocks stay whole under
     // `trim`, so where regions fall back to them nothing changes either.)
@@ -109,7 +91,7 @@ fn a_refused_decommit_keeps_the_books_and_the_region_still_grows() {
     )
     .as_ptr();
     let before = temp.stats();
-    refuse_system_calls(SystemCall::Decommit, 0, u32::MAX);
+    let refusing = Refusing::every(SystemCall::Decommit);
     temp.trim();
     let after = temp.stats();
     assert_eq!(
@@ -118,7 +100,7 @@ fn a_refused_decommit_keeps_the_books_and_the_region_still_grows() {
         "{after}"
     );
     // The pages are still committed: the region grows over them and past.
-    refuse_system_calls(SystemCall::Decommit, 0, 0);
+    drop(refusing);
     let big = fill(
         KernelContext::new(&temp)
             .allocate_temp(3 << 20, 64)

@@ -6,13 +6,13 @@
 //! and disjoint, and one block per region sized to its peak once the
 //! windows repeat, in frames too.
 
-use tempalloc::testing::{SystemCall, refuse_system_calls};
+use tempalloc::testing::SystemCall;
 use tempalloc::{CacheStats, CachingAllocator, KernelContext, TempAllocator};
 
 use crate::scenarios::{
     assert_disjoint, converges, fast, fresh_threads, mapped, page, range, scaled,
 };
-use crate::util::{check, fill};
+use crate::util::{Refusing, check, fill};
 
 /// Windows of two buffers, 100 000 and 300 000 bytes (less under Miri),
 /// patterned and checked, with a reset after each; returns the cache's
@@ -76,29 +76,6 @@ fn tempalloc_reserve_off_refuses_every_reservation() {
 fn without_reservations_regions_are_heap_blocks() {
     let (before, after) = windows(&mut CachingAllocator::with_config(fast().reserve(None)));
     assert_heap_blocks_only("reserve(None)", before, after);
-}
-
-/// Clears this thread's refused system calls when a test ends, passed or not.
-struct Refusing;
-
-impl Refusing {
-    /// Refuses this thread's `call`s, all of them until dropped.
-    fn every(call: SystemCall) -> Refusing {
-        refuse_system_calls(call, 0, u32::MAX);
-        Refusing
-    }
-}
-
-impl Drop for Refusing {
-    fn drop(&mut self) {
-        for call in [
-            SystemCall::Reserve,
-            SystemCall::Commit,
-            SystemCall::Decommit,
-        ] {
-            refuse_system_calls(call, 0, 0);
-        }
-    }
 }
 
 #[test]
@@ -187,7 +164,7 @@ fn a_heap_region_that_outgrew_its_block_converges_to_one_block_sized_to_its_peak
 
 #[test]
 fn workloads_on_heap_blocks_converge_within_the_memory_target() {
-    crate::footprint::workloads_converge(fast().reserve(None));
+    crate::memory::footprint::workloads_converge(fast().reserve(None));
 }
 
 #[test]

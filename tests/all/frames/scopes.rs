@@ -24,7 +24,7 @@ macro_rules! for_each_rewind {
     ($body:ident) => {{
         #[cfg(feature = "std")]
         $body(&mut caching());
-        // The same through the run-time choice (issue 20, item 4).
+        // The same through the run-time choice (`AnyTemp`).
         #[cfg(feature = "std")]
         $body(&mut tempalloc::AnyTemp::from(caching()));
         // Uninitialised without a per-byte loop, which Miri would interpret.
@@ -34,11 +34,11 @@ macro_rules! for_each_rewind {
 }
 
 #[test]
-fn the_issue_snippet_keeps_inference_scratch_across_kernels() {
-    for_each_rewind!(the_issue_snippet);
+fn inference_scratch_lives_across_kernels_and_kernel_scratch_is_recycled() {
+    for_each_rewind!(inference_and_three_kernels);
 }
 
-fn the_issue_snippet<A: Rewind>(temp: &mut A) {
+fn inference_and_three_kernels<A: Rewind>(temp: &mut A) {
     let r: Result<f32, Error> = temp.frame(|inf| {
         let act = inf.scratch::<f32>(1024)?;
         act[0] = 7.0;
@@ -163,13 +163,14 @@ fn panicking_kernel<A: Rewind>(temp: &mut A) {
     temp.frame(|inf| {
         let act = fill(inf.allocate_temp(512, 64)?, 3);
         let mut at = 0;
+        // The kernel's result comes out only if it did not panic.
         let caught = catch_unwind(AssertUnwindSafe(|| {
-            let _ = inf.kernel(|ctx| -> Result<(), Error> {
+            inf.kernel(|ctx| -> Result<(), Error> {
                 at = fill(ctx.allocate_temp(4096, 64)?, 4).as_ptr() as usize;
                 panic!("kernel bug");
-            });
+            })
         }));
-        assert!(caught.is_err());
+        assert!(caught.is_err(), "the kernel returned: {caught:?}");
         // The unwind rewound the kernel: the next one gets the same memory.
         let next = inf.kernel(|ctx| Ok(ctx.allocate_temp(4096, 64)?.as_ptr() as usize))?;
         assert_eq!(next, at);
@@ -186,13 +187,14 @@ fn a_panicking_frame_still_resets() {
 }
 
 fn panicking_frame<A: Rewind>(temp: &mut A) {
+    // The frame's result comes out only if it did not panic.
     let caught = catch_unwind(AssertUnwindSafe(|| {
-        let _ = temp.frame(|inf| -> Result<(), Error> {
+        temp.frame(|inf| -> Result<(), Error> {
             inf.scratch::<u8>(1000)?;
             panic!("runtime bug");
-        });
+        })
     }));
-    assert!(caught.is_err());
+    assert!(caught.is_err(), "the frame returned: {caught:?}");
     assert_eq!(temp.stats().resets, 1);
     // And it still works.
     assert_eq!(
@@ -463,7 +465,9 @@ fn rewind_refuses_stale_and_foreign_checkpoints() {
     a.rewind(early).unwrap();
     assert!(matches!(a.rewind(late), Err(Error::StaleCheckpoint { .. })));
     assert_eq!(a.stats().bytes_live, 0);
-    let _ = b.rewind(b.checkpoint().unwrap());
+    // The allocator whose checkpoint was refused elsewhere rewinds to its
+    // own as before.
+    assert_eq!(b.rewind(b.checkpoint().unwrap()), Ok(()));
 }
 
 /// 8 nested checkpoints over 8 regions in use allocate nothing, the first

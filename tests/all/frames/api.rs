@@ -1,6 +1,8 @@
-//! The frame API as issue 20 and issue 19 shaped it: a checkpoint that
-//! cannot be taken fails the scope instead of aborting. Runs without `std`
-//! (over `FixedAllocator`).
+//! The frame API a runtime author meets: a checkpoint that cannot be taken
+//! fails the scope instead of aborting, kernels and frames return the
+//! engine's own error type, a frame is a context, and collections over a
+//! frame's allocator live across its kernels. Runs without `std` (over
+//! `FixedAllocator`).
 
 use core::alloc::Layout;
 use core::mem::MaybeUninit;
@@ -99,7 +101,7 @@ fn engine_kernel(ctx: &tempalloc::KernelContext, rows: usize) -> Result<usize, E
     Ok(ctx.scratch::<f32>(rows)?.len())
 }
 
-/// Issue 20, item 1: kernels, frames and `with_context` return the engine's
+/// Kernels, frames and `with_context` return the engine's
 /// error type; a recorded failure still wins, converted with `From`.
 #[test]
 fn kernels_and_frames_return_the_engines_own_error_type() {
@@ -138,7 +140,7 @@ fn kernels_and_frames_return_the_engines_own_error_type() {
     assert_eq!(temp.stats().bytes_live, 0);
 }
 
-/// Issue 20, item 6: a frame is a `KernelContext` (one set of scratch
+/// A frame is a `KernelContext` (one set of scratch
 /// methods), so a kernel function runs on the frame itself and its scratch
 /// lives for the frame; a failure recorded on the frame comes out of it.
 #[test]
@@ -174,7 +176,7 @@ fn a_frame_is_a_context_whose_scratch_lives_for_the_frame() {
     assert_eq!(r, Err(Error::InvalidAlignment { align: 6 }));
 }
 
-/// Issue 20, item 3: a collection over the frame's allocator lives across
+/// A collection over the frame's allocator lives across
 /// kernels, which read it, and grows between them.
 #[cfg(feature = "alloc")]
 #[test]
@@ -203,7 +205,7 @@ fn a_frame_vec_lives_across_kernels_and_grows_between_them() {
     assert_eq!(temp.used(), 0);
 }
 
-/// Issue 20, items 3 and 5: growing a frame's collection inside a kernel or
+/// Growing a frame's collection inside a kernel or
 /// a nested frame is refused (their rewind would recycle it), with the
 /// numbers, and the collection is left as it was.
 #[cfg(feature = "alloc")]
@@ -235,11 +237,11 @@ fn a_frame_vec_grown_inside_an_inner_scope_is_refused_with_the_depths() {
         assert_eq!(&*v, &[5]);
         Ok::<_, Error>(())
     });
-    // Each refusal was handled, so the frames stay `Ok` (issue 31, item 1).
+    // Each refusal was handled, so the frames stay `Ok`.
     assert_eq!(r, Ok(()));
 }
 
-/// Issue 20, item 5: `try_push` and `try_extend_from_slice` at the limit
+/// `try_push` and `try_extend_from_slice` at the limit
 /// return the recorded error and keep the vector; `push` would abort.
 #[cfg(feature = "alloc")]
 #[test]
@@ -262,7 +264,7 @@ fn try_push_at_the_limit_returns_the_budget_error_and_keeps_the_vec() {
     assert_eq!(ctx.failure(), Some(e));
 }
 
-/// Issue 20, item 3: a `hashbrown` map over the frame's allocator counts
+/// A `hashbrown` map over the frame's allocator counts
 /// across the frame's kernels.
 #[cfg(feature = "alloc")]
 #[test]

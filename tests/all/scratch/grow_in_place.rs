@@ -1,4 +1,4 @@
-//! Issue 31, item 2: a collection pushed element by element grows its
+//! A collection pushed element by element grows its
 //! block in place when it is the newest of the thread's window, so it
 //! holds about its size, not twice it.
 

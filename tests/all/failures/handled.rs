@@ -1,4 +1,4 @@
-//! Issue 31, item 1: a refusal a kernel handles stays handled. A request
+//! A refusal a kernel handles stays handled. A request
 //! refused through the `Allocator` trait (a `ScratchVec` or `FrameVec` that
 //! cannot grow) never turns the kernel's `Ok` into an `Err`; it gives its
 //! numbers to an `Err` the kernel returns.

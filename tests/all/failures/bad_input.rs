@@ -11,7 +11,9 @@ use tempalloc::{
     MallocAllocator, TempAllocator,
 };
 
-use crate::util::{FIXED, FIXED_CAPACITY, HUGE, OwnedFixed, check, fill};
+use crate::util::{
+    FIXED, FIXED_CAPACITY, HUGE, OwnedFixed, check, fill, with_live_buffers, with_live_buffers_in,
+};
 
 /// The largest power of two, `isize::MAX + 1` (1 << 63 on 64-bit targets):
 /// a valid alignment for zero bytes, and for nothing larger.
@@ -43,40 +45,6 @@ const ALL: &[(&str, Make)] = &[
     (FIXED, || Box::new(OwnedFixed::new(FIXED_CAPACITY))),
 ];
 
-/// Allocates a few patterned buffers, runs `bad` (the bad request) against
-/// the allocator, checks the buffers, then serves one more request and
-/// checks again. Returns what `bad` returned.
-fn around<R>(name: &str, temp: &dyn TempAllocator, bad: impl FnOnce(&KernelContext) -> R) -> R {
-    around_in(name, &KernelContext::new(temp), bad)
-}
-
-/// `around` in the context `ctx`.
-fn around_in<R>(name: &str, ctx: &KernelContext, bad: impl FnOnce(&KernelContext) -> R) -> R {
-    let temp = ctx.temp().unwrap();
-    let sizes = if cfg!(miri) {
-        [(10, 8), (300, 64), (5000, 4096)]
-    } else {
-        [(100, 8), (5000, 64), (70_000, 4096)]
-    };
-    let before: Vec<&mut [u8]> = sizes
-        .iter()
-        .enumerate()
-        .map(|(tag, &(s, a))| fill(ctx.allocate_temp(s, a).unwrap(), tag))
-        .collect();
-    let served = temp.stats().allocations;
-    let result = bad(ctx);
-    for (tag, buf) in before.iter().enumerate() {
-        check(buf, tag);
-    }
-    let after = fill(ctx.allocate_temp(256, 64).unwrap(), 99);
-    check(after, 99);
-    for (tag, buf) in before.iter().enumerate() {
-        check(buf, tag);
-    }
-    assert!(temp.stats().allocations > served, "{name}: still serving");
-    result
-}
-
 /// Runs `row` against every allocator in `ALL`, with live buffers around it;
 /// then where the context makes the request itself (the allocator's fast
 /// path inlined, not a call through `dyn`): over a `FixedAllocator` (not
@@ -87,7 +55,7 @@ fn for_all(mut row: impl FnMut(&str, &KernelContext)) {
     for (name, make) in ALL {
         let mut temp = make();
         for _ in 0..passes {
-            around(name, &*temp, |ctx| row(name, ctx));
+            with_live_buffers(name, &*temp, |ctx| row(name, ctx));
             temp.reset();
         }
     }
@@ -95,7 +63,7 @@ fn for_all(mut row: impl FnMut(&str, &KernelContext)) {
     let mut buf = Box::<[u8]>::new_uninit_slice(FIXED_CAPACITY);
     let mut fixed = FixedAllocator::new(&mut buf);
     for _ in 0..passes {
-        around(FIXED, &fixed, |ctx| row(FIXED, ctx));
+        with_live_buffers(FIXED, &fixed, |ctx| row(FIXED, ctx));
         fixed.reset();
     }
     let name = "CachingAllocator (kernel frame)";
@@ -104,7 +72,7 @@ fn for_all(mut row: impl FnMut(&str, &KernelContext)) {
     for _ in 0..passes {
         let framed = caching.frame(|inf| {
             inf.kernel(|ctx| {
-                around_in(name, ctx, |ctx| row(name, ctx));
+                with_live_buffers_in(name, ctx, |ctx| row(name, ctx));
                 Ok::<_, Error>(())
             })
         });
@@ -282,7 +250,7 @@ fn request_above_the_budget() {
     ];
     for (name, make) in budgeted {
         let temp = make();
-        around(name, &*temp, |ctx| {
+        with_live_buffers(name, &*temp, |ctx| {
             // Above the limit at every pointer width: 16 PiB on 64-bit
             // targets, 4 MiB on 32-bit ones.
             for size in [2 << 20, HUGE >> 8, HUGE] {

@@ -96,9 +96,9 @@ fn rejected_requests_are_not_counted() {
         let ctx = KernelContext::new(temp);
         ctx.allocate_temp(100, 8).unwrap();
         let before = temp.stats();
-        let _ = ctx.allocate_temp(100, 3);
-        let _ = ctx.allocate_temp(usize::MAX, 8);
-        let _ = ctx.allocate_temp(crate::util::HUGE, 8);
+        assert!(ctx.allocate_temp(100, 3).is_err(), "{name}");
+        assert!(ctx.allocate_temp(usize::MAX, 8).is_err(), "{name}");
+        assert!(ctx.allocate_temp(crate::util::HUGE, 8).is_err(), "{name}");
         assert_eq!(temp.stats(), before, "{name}");
     });
 }

@@ -4,7 +4,7 @@ use std::alloc::Layout;
 
 use tempalloc::{BumpAllocator, Error, KernelContext, MallocAllocator, TempAllocator};
 
-use crate::util::{HUGE, check, fill, for_each_allocator};
+use crate::util::{HUGE, check, fill, for_each_allocator, with_live_buffers};
 
 const INVALID_ALIGNMENTS: [usize; 5] = [0, 3, 6, 12, 34];
 
@@ -90,32 +90,25 @@ fn typed_scratch_overflow_is_size_overflow() {
     });
 }
 
-/// Fills a few buffers, makes `huge` fail, and checks the buffers survived
-/// and the allocator still serves requests afterwards. Returns the error and
-/// the bytes held just before the failing request.
-fn fail_after_live_buffers(temp: &dyn TempAllocator, size: usize, align: usize) -> (Error, usize) {
-    let ctx = KernelContext::new(temp);
-    let before: Vec<&mut [u8]> = [(100, 8), (5000, 64), (70_000, 4096)]
-        .into_iter()
-        .enumerate()
-        .map(|(tag, (s, a))| fill(ctx.allocate_temp(s, a).unwrap(), tag))
-        .collect();
-    let (served, held) = (temp.stats().allocations, temp.stats().bytes_held);
-    let err = ctx.allocate_temp(size, align).unwrap_err();
-    assert_eq!(
-        temp.stats().allocations,
-        served,
-        "a failed request is not counted as served"
-    );
-    for (tag, buf) in before.iter().enumerate() {
-        check(buf, tag);
-    }
-    let after = fill(ctx.allocate_temp(256, 64).unwrap(), 99);
-    check(after, 99);
-    for (tag, buf) in before.iter().enumerate() {
-        check(buf, tag);
-    }
-    (err, held)
+/// Makes the request (`size`, `align`) fail with live buffers around it
+/// (`with_live_buffers`), and checks that it is not counted as served.
+/// Returns the error and the bytes held just before the failing request.
+fn fail_after_live_buffers(
+    name: &str,
+    temp: &dyn TempAllocator,
+    size: usize,
+    align: usize,
+) -> (Error, usize) {
+    with_live_buffers(name, temp, |ctx| {
+        let (served, held) = (temp.stats().allocations, temp.stats().bytes_held);
+        let err = ctx.allocate_temp(size, align).unwrap_err();
+        assert_eq!(
+            temp.stats().allocations,
+            served,
+            "{name}: a failed request is not counted as served"
+        );
+        (err, held)
+    })
 }
 
 #[test]
@@ -123,7 +116,7 @@ fn fail_after_live_buffers(temp: &dyn TempAllocator, size: usize, align: usize) 
 fn malloc_out_of_memory_is_an_error() {
     let mut temp = MallocAllocator::new();
     for (size, align) in [(HUGE, 64), (HUGE, 1), (isize::MAX as usize, 1)] {
-        let (err, _) = fail_after_live_buffers(&temp, size, align);
+        let (err, _) = fail_after_live_buffers("MallocAllocator", &temp, size, align);
         assert_eq!(err, Error::OutOfMemory { size, align });
         temp.reset();
         assert_eq!(temp.stats().bytes_held, 0);
@@ -135,7 +128,7 @@ fn malloc_out_of_memory_is_an_error() {
 fn bump_out_of_memory_is_an_error() {
     let mut temp = BumpAllocator::new();
     for (size, align) in [(HUGE, 64), (HUGE, 1), (isize::MAX as usize, 1)] {
-        let (err, _) = fail_after_live_buffers(&temp, size, align);
+        let (err, _) = fail_after_live_buffers("BumpAllocator", &temp, size, align);
         assert_eq!(err, Error::OutOfMemory { size, align });
         temp.reset();
     }
@@ -146,7 +139,7 @@ fn bump_over_its_limit_is_budget_exceeded_with_the_numbers() {
     let limit = 1 << 20;
     let temp = BumpAllocator::with_limit(limit);
     for size in [HUGE, 2 << 20] {
-        let (err, held) = fail_after_live_buffers(&temp, size, 64);
+        let (err, held) = fail_after_live_buffers("BumpAllocator", &temp, size, 64);
         assert_eq!(
             err,
             Error::BudgetExceeded {

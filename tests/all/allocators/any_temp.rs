@@ -1,4 +1,4 @@
-//! `AnyTemp` (issue 20, item 4): an allocator chosen at run time that still
+//! `AnyTemp`: an allocator chosen at run time that still
 //! runs frames, without making the runtime generic.
 
 use tempalloc::{
@@ -81,7 +81,7 @@ fn a_failure_in_any_variant_comes_out_with_its_numbers() {
     );
 }
 
-/// Issue 31, item 8: a runtime's own allocator joins `AnyTemp`, and the
+/// A runtime's own allocator joins `AnyTemp`, and the
 /// calls the allocators share need no `match`.
 #[test]
 fn a_custom_allocator_runs_frames_and_refuses_other_checkpoints() {

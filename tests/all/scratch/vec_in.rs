@@ -28,7 +28,7 @@ fn a_vec_grows_through_many_reallocations_intact() {
         );
         let allocations = temp.stats().allocations;
         if name.starts_with("Caching") || name == crate::util::FIXED || name == "BumpAllocator" {
-            // The vector is the newest block: it grows in place (issue 31),
+            // The vector is the newest block: it grows in place,
             // or, in bumpalo, into the room below it while its chunk has
             // that room.
             assert!(allocations < growths, "{name}: {allocations} requests");
@@ -132,7 +132,7 @@ fn a_scratch_vec_over_budget_records_the_real_error() {
             assert!(v.iter().copied().eq(0..100), "{name}");
             Ok::<_, Error>(v.len())
         });
-        // The kernel handled the refusal: its `Ok` stands (issue 31, item 1).
+        // The kernel handled the refusal: its `Ok` stands.
         assert_eq!(r, Ok(100), "{name}");
         // A kernel that gives up returns an `Err` with the refusal's numbers.
         let r = with_context(temp, |ctx| {

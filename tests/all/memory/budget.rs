@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
 
 use crate::scenarios::{converges, fast, kib, mapped, page, scaled};
-use crate::util::{addr, check, fill};
+use crate::util::{addr, check, fill, served_or_refused};
 
 /// Panics unless `r` is `BudgetExceeded` for a request of `size` bytes.
 fn assert_over_budget<T>(r: Result<T, Error>, size: usize) {
@@ -323,18 +323,9 @@ fn free_regions_make_room_for_a_thread_that_outgrew_its_own() {
     for (config, first, worker, second, limit) in cases {
         for limit in [Some(limit), None] {
             let mut temp = CachingAllocator::with_config(config.max_bytes(limit));
-            fill(
-                KernelContext::new(&temp).allocate_temp(first, 64).unwrap(),
-                1,
-            );
-            std::thread::scope(|s| {
-                s.spawn(|| {
-                    KernelContext::new(&temp)
-                        .allocate_temp(worker, 64)
-                        .map(drop)
-                });
-            });
-            temp.reset();
+            // Past 4 KiB pages the limit may refuse the worker (as it
+            // always could): the main thread's requests are the promise.
+            served_or_refused(a_free_region_beside_this_threads(&mut temp, first, worker));
             converges(&mut temp, |temp| {
                 let ctx = KernelContext::new(temp);
                 fill(ctx.allocate_temp(first, 64).unwrap(), 1);
@@ -354,32 +345,49 @@ fn free_regions_make_room_for_a_thread_that_outgrew_its_own() {
     }
 }
 
+/// Leaves `temp` reset with two regions: this thread's, which took `mine`
+/// bytes, and the FREE region of a worker that asked for `worker` bytes and
+/// exited. Returns what the worker was served (under a limit it may be
+/// refused).
+fn a_free_region_beside_this_threads(
+    temp: &mut CachingAllocator,
+    mine: usize,
+    worker: usize,
+) -> Result<usize, Error> {
+    fill(KernelContext::new(temp).allocate_temp(mine, 64).unwrap(), 1);
+    let served = std::thread::scope(|s| {
+        s.spawn(|| {
+            KernelContext::new(temp)
+                .allocate_temp(worker, 64)
+                .map(|b| fill(b, 2).len())
+        })
+        .join()
+        .expect("the worker ends")
+    });
+    temp.reset();
+    served
+}
+
+/// Asserts that this thread is served `size` bytes, and writes them.
+#[track_caller]
+fn assert_served(temp: &CachingAllocator, size: usize) {
+    let got = KernelContext::new(temp)
+        .allocate_temp(size, 64)
+        .map(|b| fill(b, 3).len());
+    assert_eq!(got, Ok(size), "{}", temp.stats());
+}
+
 #[test]
 fn growing_in_place_takes_the_room_of_free_regions() {
     // Mapped regions grow in place: giving back the exited worker's 200 KiB
     // makes room for the main thread's 900 KiB in 1 MiB.
     let k = 1 << 10;
     let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(1024 * k)));
-    fill(
-        KernelContext::new(&temp).allocate_temp(8 * k, 64).unwrap(),
-        1,
+    assert_eq!(
+        a_free_region_beside_this_threads(&mut temp, 8 * k, 200 * k),
+        Ok(200 * k)
     );
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            fill(
-                KernelContext::new(&temp)
-                    .allocate_temp(200 * k, 64)
-                    .unwrap(),
-                2,
-            )
-            .len()
-        });
-    });
-    temp.reset();
-    let big = KernelContext::new(&temp)
-        .allocate_temp(900 * k, 64)
-        .map(|b| fill(b, 3).len());
-    assert_eq!(big, Ok(900 * k), "{}", temp.stats());
+    assert_served(&temp, 900 * k);
 }
 
 #[test]
@@ -425,28 +433,11 @@ fn the_requesters_idle_region_and_free_regions_make_room_together() {
     // page size.)
     let k = kib();
     let mut temp = CachingAllocator::with_config(fast().reserve(None).max_bytes(Some(1024 * k)));
-    fill(
-        KernelContext::new(&temp)
-            .allocate_temp(256 * k, 64)
-            .unwrap(),
-        1,
+    assert_eq!(
+        a_free_region_beside_this_threads(&mut temp, 256 * k, 256 * k),
+        Ok(256 * k)
     );
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            fill(
-                KernelContext::new(&temp)
-                    .allocate_temp(256 * k, 64)
-                    .unwrap(),
-                2,
-            )
-            .len()
-        });
-    });
-    temp.reset();
-    let big = KernelContext::new(&temp)
-        .allocate_temp(900 * k, 64)
-        .map(|b| fill(b, 3).len());
-    assert_eq!(big, Ok(900 * k), "{}", temp.stats());
+    assert_served(&temp, 900 * k);
     assert!(temp.stats().bytes_held <= 1024 * k);
 }
 
@@ -540,7 +531,12 @@ fn under_a_shared_limit_free_regions_make_room() {
     fill(ctx.allocate_temp(8 * k, 64).unwrap(), 1);
     fill(ctx.allocate_temp(100 * k, 64).unwrap(), 2);
     std::thread::scope(|s| {
-        s.spawn(|| KernelContext::new(&x).allocate_temp(20 * k, 64).map(drop));
+        s.spawn(|| {
+            KernelContext::new(&x)
+                .allocate_temp(20 * k, 64)
+                .unwrap()
+                .len()
+        });
     });
     x.reset();
     // Another allocator on the cache leaves 20 KiB under the limit.
@@ -798,7 +794,9 @@ fn persistent_workers_re_lease_while_another_reclaims_free_regions() {
             let mut t = temp.write().unwrap();
             if win % 2 == 0 {
                 let cp = t.checkpoint().unwrap();
-                let _ = KernelContext::new(&*t).allocate_temp(p, 64);
+                // The workers' scratch of this window is still held: under
+                // the limit this page may be refused.
+                served_or_refused(KernelContext::new(&*t).allocate_temp(p, 64));
                 t.rewind(cp).unwrap();
             }
             t.reset();

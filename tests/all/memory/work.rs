@@ -217,13 +217,13 @@ fn with_a_region_cap_fresh_threads_per_kernel_are_held_within_1_25x() {
 }
 
 #[test]
-#[ignore = "not yet (issue 29): without a region cap each worker's region keeps its largest share; with one, a schedule that needs one region more than any before still makes it"]
+#[ignore = "not yet held once on a work-stealing pool: without a region cap each worker's region keeps its largest share; with one, a schedule that needs one region more than any before still makes it"]
 fn the_frame_on_the_pool_is_held_once() {
     check(Place::OnThePool, fast(), true);
 }
 
 #[test]
-#[ignore = "not yet (issue 29): without a region cap each worker's region keeps its largest share; with one, a schedule that needs one region more than any before still makes it"]
+#[ignore = "not yet held once on a work-stealing pool: without a region cap each worker's region keeps its largest share; with one, a schedule that needs one region more than any before still makes it"]
 fn the_frame_on_the_caller_with_kernels_on_the_pool() {
     check(Place::OnTheCaller, fast(), true);
 }

@@ -1,7 +1,7 @@
 //! The model of ExecuTorch's `CPUCachingAllocator` the benchmarks compare
 //! against (`examples/common/exact_size_cache.rs`): it must behave like it.
 
-#[path = "../../examples/common/exact_size_cache.rs"]
+#[path = "../../../examples/common/exact_size_cache.rs"]
 mod model;
 
 use std::alloc::Layout;

@@ -182,7 +182,7 @@ fn checkpoints_recycle_a_kernel_and_keep_the_inference() {
     );
 }
 
-/// Issue 31, item 10: each reason a rewind is refused has its own code,
+/// Each reason a rewind is refused has its own code,
 /// the allocator's (foreign, stale, closed), and a refused rewind changes
 /// nothing.
 #[test]
@@ -710,7 +710,7 @@ fn cpp_adapter_test_passes() {
     );
 }
 
-/// Issue 31, item 5: a header of another version than the library makes
+/// A header of another version than the library makes
 /// the adapter refuse at construction, with an error code.
 #[test]
 #[cfg_attr(miri, ignore = "runs a C++ compiler")]
@@ -725,7 +725,7 @@ fn cpp_adapter_refuses_a_header_of_another_version() {
     );
 }
 
-/// Issue 31, item 5: the header's version constants and the library's
+/// The header's version constants and the library's
 /// `tempalloc_version` are Cargo.toml's version.
 #[test]
 fn the_versions_are_cargo_tomls() {
@@ -746,7 +746,7 @@ fn the_versions_are_cargo_tomls() {
     assert_eq!(tempalloc_version(), TEMPALLOC_VERSION);
 }
 
-/// Issue 31, item 6: the misuses a checked library turns into error codes,
+/// The misuses a checked library turns into error codes,
 /// from C (the debug library is a checked one; CI runs the same program on
 /// the release `capi-checked` library).
 #[test]
@@ -775,7 +775,7 @@ fn c_smoke_test_passes() {
     );
 }
 
-/// Issue 20, item 14: every Rust item the header names (`Type::item`)
+/// Every Rust item the header names (`Type::item`)
 /// exists in the file that defines the type (it once named
 /// `CachingConfig::max_cached_bytes`, which never existed).
 #[test]

@@ -1,12 +1,12 @@
 //! Every C and C++ block of README.md and docs/capi.md (fences marked
 //! `c` and `cpp`) is a whole program: compiled with the flags the docs give,
-//! linked against the static library and run (issue 20, item 10). The
-//! blocks are read from the files, so the docs and this test cannot drift.
+//! linked against the static library and run. The blocks are read from the
+//! files, so the docs and this test cannot drift.
 #![cfg(feature = "capi")]
 
 use std::path::Path;
 
-use crate::capi::{build_and_run_file, compiler};
+use super::abi::{build_and_run_file, compiler};
 
 /// The fenced blocks of `text` whose info string is `lang`, with the line
 /// each starts on.

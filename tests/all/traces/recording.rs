@@ -207,7 +207,7 @@ fn traces_written_before_threads_and_checkpoints_still_read() {
     }
 }
 
-/// Issue 20, item 8: a recorder over any `Rewind` allocator runs frames, and
+/// A recorder over any `Rewind` allocator runs frames, and
 /// the trace replays them through `CachingAllocator` with the same
 /// checkpoints and rewinds.
 #[test]
@@ -299,7 +299,7 @@ fn resets_with_no_memory_for_the_log_never_abort_nor_go_missing() {
     assert_eq!(temp.trace().unwrap().events(), &[Event::Reset]);
 }
 
-/// Issue 31, item 10: `RecordingAllocator::frame` needs no
+/// `RecordingAllocator::frame` needs no
 /// `use tempalloc::Rewind`, as `CachingAllocator::frame` does not.
 mod without_the_rewind_import {
     use tempalloc::{CachingAllocator, Error, RecordingAllocator};
