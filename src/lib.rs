@@ -139,17 +139,9 @@ pub use scratch_vec::{FrameVec, ScratchVec, ScratchVecExt};
 #[cfg(feature = "std")]
 mod any;
 #[cfg(feature = "std")]
-mod block;
-#[cfg(feature = "std")]
-mod block_cache;
-#[cfg(feature = "std")]
 mod bump;
 #[cfg(feature = "std")]
 mod caching;
-#[cfg(feature = "std")]
-mod chunk;
-#[cfg(feature = "std")]
-mod ledger;
 #[cfg(feature = "std")]
 mod malloc;
 #[cfg(feature = "std")]
@@ -165,11 +157,9 @@ pub mod trace;
 #[cfg(feature = "std")]
 pub use any::{AnyCheckpoint, AnyTemp, DynRewind};
 #[cfg(feature = "std")]
-pub use block_cache::{BlockCache, CacheStats};
-#[cfg(feature = "std")]
 pub use bump::{BumpAllocator, BumpCheckpoint};
 #[cfg(feature = "std")]
-pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
+pub use caching::{BlockCache, CacheStats, CachingAllocator, CachingConfig, Checkpoint};
 #[cfg(feature = "std")]
 pub use malloc::{MallocAllocator, MallocCheckpoint};
 #[cfg(feature = "std")]

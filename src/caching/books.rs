@@ -6,11 +6,11 @@ use core::alloc::Layout;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::memory::block::{size_class, size_class_at_most};
+use super::memory::block_cache::{BlockCache, ChunkOptions};
+use super::memory::chunk::Chunk;
+use super::memory::ledger::Ledger;
 use crate::Error;
-use crate::block::{size_class, size_class_at_most};
-use crate::block_cache::{BlockCache, ChunkOptions};
-use crate::chunk::Chunk;
-use crate::ledger::Ledger;
 use crate::os::{Mapping, page_size};
 
 /// The allocator's account at its cache, under its own limit. Atomics, so

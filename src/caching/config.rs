@@ -1,6 +1,6 @@
 //! [`CachingConfig`]: the knobs of a [`CachingAllocator`](crate::CachingAllocator).
 
-use crate::block::BlockOptions;
+use super::memory::block::BlockOptions;
 use crate::os::region_reserve;
 
 /// How a [`CachingAllocator`](crate::CachingAllocator) sizes, limits and

@@ -6,11 +6,11 @@ use core::alloc::Layout;
 use std::sync::{MutexGuard, TryLockError};
 
 use super::books::{Books, chunk_size};
+use super::memory::block_cache::{ChunkOptions, Reclaim};
+use super::memory::chunk::Chunk;
 use super::region::{FREE, Leased, RECLAIMING, Region, before_next};
 use super::{CachingAllocator, CachingConfig, Core, Shared};
 use crate::Error;
-use crate::block_cache::{ChunkOptions, Reclaim};
-use crate::chunk::Chunk;
 use crate::os::page_size;
 
 /// What one request needs of its region, reckoned once: for growing, and

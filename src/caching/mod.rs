@@ -5,7 +5,8 @@
 //! (the bump, reset, rewind, and the guard that changes a region),
 //! `grow.rs` (growth and the budget rule), `books.rs` (what the allocator
 //! took through its cache), `checkpoint.rs`, `debug.rs` (canaries and
-//! poison), `config.rs`.
+//! poison), `config.rs`; and below the regions, [`memory`], where their
+//! memory comes from (chunks, heap blocks, the block cache, the ledger).
 
 mod books;
 mod checkpoint;
@@ -13,6 +14,7 @@ mod config;
 mod debug;
 mod grow;
 mod lease;
+mod memory;
 mod region;
 
 use core::alloc::Layout;
@@ -23,9 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use checkpoint::Checkpoint;
 pub use config::CachingConfig;
+pub use memory::block_cache::{BlockCache, CacheStats};
 
-use crate::block_cache::{BlockCache, ChunkOptions, Reclaim};
-use crate::chunk::Chunk;
 use crate::os::page_size;
 use crate::temp::dangling;
 use crate::trace::Plan;
@@ -36,6 +37,8 @@ use checkpoint::Open;
 #[cfg(feature = "capi")]
 pub(crate) use checkpoint::Parts as CheckpointParts;
 use debug::{CANARY_LEN, DebugState};
+use memory::block_cache::{ChunkOptions, Reclaim};
+use memory::chunk::Chunk;
 use region::{Extend, FREE, Leased, Mark, Region};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).

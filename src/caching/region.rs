@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
 
 use super::Totals;
 use super::books::Books;
-use crate::block::size_class;
-use crate::chunk::Chunk;
+use super::memory::block::size_class;
+use super::memory::chunk::Chunk;
 use crate::os::page_size;
 
 /// The `owner` of a region nobody leases.

@@ -7,10 +7,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use super::block::{Block, BlockOptions, size_class, size_class_at_most};
+use super::chunk::Chunk;
+use super::ledger::{Charge, Ledger};
 use crate::Error;
-use crate::block::{Block, BlockOptions, size_class, size_class_at_most};
-use crate::chunk::Chunk;
-use crate::ledger::{Charge, Ledger};
 use crate::os::{Mapping, page_size};
 
 /// The memory behind [`CachingAllocator`](crate::CachingAllocator)s, shared
