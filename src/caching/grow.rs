@@ -1,5 +1,6 @@
 //! How a region grows — in place, into a chunk a rewind left, or into a new
-//! chunk — and the one budget rule.
+//! chunk — the one budget rule, and [`prewarm`](CachingAllocator::prewarm),
+//! which grows regions ahead to a recorded run's plan.
 
 use core::alloc::Layout;
 
@@ -9,9 +10,10 @@ use super::books::{Books, chunk_size};
 use super::memory::block_cache::{ChunkOptions, Reclaim};
 use super::memory::chunk::Chunk;
 use super::region::{FREE, Leased, RECLAIMING, Region, before_next};
-use super::{CachingAllocator, CachingConfig, Core, Shared};
+use super::{CachingAllocator, CachingConfig, Core, Shared, deref, exclusive};
 use crate::Error;
 use crate::os::page_size;
+use crate::trace::Plan;
 
 /// What one request needs of its region, reckoned once: for growing, and
 /// for the budget rule's question of what growing can cost.
@@ -155,6 +157,56 @@ impl Leased<'_> {
 }
 
 impl CachingAllocator {
+    /// Commits at load time what a recorded run's regions held
+    /// ([`Plan::regions`](crate::trace::Plan::regions), from
+    /// [`Trace::plan`](crate::trace::Trace::plan)), touching every page if
+    /// the config [prefaults](CachingConfig::prefault): the first inference
+    /// then makes no system call and, with prefault, takes no page fault in
+    /// the allocator. The regions are FREE; threads lease them in the order
+    /// they first allocate, the largest first, so the plan serves a run
+    /// whose threads first allocate busiest first (a runtime's main thread,
+    /// then its workers); a run in another order may still grow, and so may
+    /// a run with the debug checks on (the plan holds no canaries). A phone
+    /// app pays this at launch instead of on the first request.
+    ///
+    /// ```
+    /// use tempalloc::trace::Plan;
+    /// use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+    ///
+    /// let config = CachingConfig::default().prefault(true).debug_checks(false);
+    /// let mut temp = CachingAllocator::with_config(config);
+    /// temp.prewarm(&Plan::from_regions([1 << 20]))?;
+    /// let before = temp.stats().system_allocations;
+    /// KernelContext::new(&temp).scratch::<u8>(1 << 20)?; // the first inference
+    /// assert_eq!(temp.stats().system_allocations, before);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// What taking memory fails with ([`Error::BudgetExceeded`] past a
+    /// limit, [`Error::OutOfMemory`]); what was committed before stays.
+    pub fn prewarm(&mut self, plan: &Plan) -> Result<(), Error> {
+        self.no_short_reset();
+        let (mut shared, books) = exclusive(&mut self.core, self.reachable);
+        for (i, &bytes) in plan.regions().iter().enumerate() {
+            let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
+            if shared.regions.len() == i {
+                let oom = Error::out_of_memory(layout);
+                shared.regions.try_reserve(1).map_err(|_| oom)?;
+                shared.regions.push(Region::try_new(FREE).ok_or(oom)?);
+            }
+            // SAFETY: `&mut self`: no thread holds a guard of the region or
+            // can make one, and this is its one guard.
+            let mut region = unsafe { Leased::new(deref(&shared.regions[i])) };
+            if bytes > region.held() {
+                let need = region.need(layout, &self.config);
+                region.grow(books, &self.config, &need)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Makes room for `layout` in `region`, under the one budget rule: when
     /// growing would pass a limit, and the memory of this allocator's FREE
     /// regions (and of `region` itself, if nothing in it is in use: it is
