@@ -110,6 +110,32 @@ extern crate alloc;
 #[cfg(all(test, not(feature = "std")))]
 extern crate std;
 
+// The modules, top layer first: each imports only from the ones listed
+// after it (its own submodules aside).
+//
+//   capi         the C ABI over a `CachingAllocator` and a `BlockCache`
+//   testing      failure injection for tests (`test-util`)
+//   any          `AnyTemp`: one of the allocators below, picked at run time
+//   recording    `RecordingAllocator`: any allocator, writing a trace
+//   trace        traces: read, write, generate, replay, plan
+//   caching      `CachingAllocator`: regions, leases, growth, budgets; its
+//                memory (`caching::memory`: chunks, blocks, the block
+//                cache, the ledger); `Plan`, what prewarm commits
+//   bump, malloc the two allocators over `bumpalo` and the system heap
+//   os           pages, reservations, commits, per platform
+//   scratch_vec, mem_stack   collections and faer's stack in scratch
+//   fixed        `FixedAllocator`: a caller's buffer
+//   frame        `Rewind`, `Frame`, `FrameAllocator`
+//   context      `KernelContext`, what a kernel sees, and `with_context`
+//   temp         the `TempAllocator` trait
+//   failure      a context's recorded failure
+//   stats, error `Stats`, `Error`
+//
+// One exception, on purpose: the fast path. `temp`'s sealed `FastPath` and
+// `context/fast.rs` name the two allocators whose fast path a context
+// inlines (`FixedAllocator`, `CachingAllocator`), so that a request makes
+// no call; nothing else reaches up.
+
 // `core` only: what a kernel and a heap-less runtime need.
 mod context;
 mod error;

@@ -10,10 +10,9 @@ use super::books::{Books, chunk_size};
 use super::memory::block_cache::{ChunkOptions, Reclaim};
 use super::memory::chunk::Chunk;
 use super::region::{FREE, Leased, RECLAIMING, Region, before_next};
-use super::{CachingAllocator, CachingConfig, Core, Shared, deref, exclusive};
+use super::{CachingAllocator, CachingConfig, Core, Plan, Shared, deref, exclusive};
 use crate::Error;
 use crate::os::page_size;
-use crate::trace::Plan;
 
 /// What one request needs of its region, reckoned once: for growing, and
 /// for the budget rule's question of what growing can cost.

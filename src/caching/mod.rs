@@ -18,6 +18,7 @@ mod debug;
 mod grow;
 mod lease;
 mod memory;
+mod plan;
 mod region;
 mod reset;
 mod slow;
@@ -31,6 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub use checkpoint::Checkpoint;
 pub use config::CachingConfig;
 pub use memory::block_cache::{BlockCache, CacheStats};
+pub use plan::Plan;
 
 use crate::{Error, Stats, TempAllocator};
 use books::Books;
@@ -41,7 +43,7 @@ pub(crate) use checkpoint::Parts as CheckpointParts;
 use debug::DebugState;
 use memory::block_cache::Reclaim;
 use memory::chunk::Chunk;
-use region::{Extend, FREE, Leased, Mark, Region};
+use region::{Extend, FREE, Leased, Mark, Region, Totals};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
@@ -188,20 +190,6 @@ pub(super) struct Shared {
 // is what makes the allocator `Send + Sync`: `&self` methods reach a region
 // only through the lock, atomics, or a `Leased` guard.)
 unsafe impl Send for Shared {}
-
-/// Counters folded in at resets and rewinds.
-#[derive(Debug, Default)]
-pub(super) struct Totals {
-    allocations: u64,
-    bytes_requested: u64,
-    high_water: usize,
-    /// The most bytes live at once in the window the last reset ended.
-    last_window_high: usize,
-    /// Not beside `bytes_requested`: a reset adds to both, and the two
-    /// adds made one vector add that cost it four instructions more.
-    resets: u64,
-    canary_violations: u64,
-}
 
 /// The regions in `list`, borrowed for as long as the list.
 fn regions(list: &[NonNull<Region>]) -> impl Iterator<Item = &Region> + Clone {
@@ -579,17 +567,6 @@ impl CachingAllocator {
         // allocator, alive while `&self` is; this call holds no other guard
         // of it. The caller's promise is `bump_raw`'s.
         unsafe { Leased::new(&*region).bump_raw(size, align) }
-    }
-}
-
-impl Totals {
-    /// Closes the window at a reset: `high` is the most bytes it had live
-    /// at once.
-    #[inline]
-    fn end_window(&mut self, high: usize) {
-        self.last_window_high = high;
-        self.high_water = self.high_water.max(high);
-        self.resets += 1;
     }
 }
 

@@ -15,7 +15,6 @@ use core::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
 
-use super::Totals;
 use super::books::Books;
 use super::memory::block::size_class;
 use super::memory::chunk::Chunk;
@@ -27,6 +26,31 @@ pub(super) const FREE: u64 = 0;
 /// The `owner` of a FREE region a thread leased for the moment, to give
 /// its memory back (the budget rule).
 pub(super) const RECLAIMING: u64 = u64::MAX;
+
+/// Counters folded in at resets and rewinds.
+#[derive(Debug, Default)]
+pub(super) struct Totals {
+    pub(super) allocations: u64,
+    pub(super) bytes_requested: u64,
+    pub(super) high_water: usize,
+    /// The most bytes live at once in the window the last reset ended.
+    pub(super) last_window_high: usize,
+    /// Not beside `bytes_requested`: a reset adds to both, and the two
+    /// adds made one vector add that cost it four instructions more.
+    pub(super) resets: u64,
+    pub(super) canary_violations: u64,
+}
+
+impl Totals {
+    /// Closes the window at a reset: `high` is the most bytes it had live
+    /// at once.
+    #[inline]
+    pub(super) fn end_window(&mut self, high: usize) {
+        self.last_window_high = high;
+        self.high_water = self.high_water.max(high);
+        self.resets += 1;
+    }
+}
 
 /// Aligned to 128 bytes (two cache lines, as crossbeam's `CachePadded` on
 /// x86_64), so threads bumping in neighbouring regions never share a line.

@@ -8,6 +8,8 @@
 use core::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::Relaxed;
 
+#[cfg(doc)]
+use super::CachingConfig;
 use super::books::Books;
 use super::lease;
 use super::region::{FREE, Leased};
