@@ -6,7 +6,7 @@ use core::alloc::Layout;
 
 use std::sync::{MutexGuard, TryLockError};
 
-use super::books::{Books, chunk_size};
+use super::account::{Books, chunk_size};
 use super::memory::block_cache::{ChunkOptions, Reclaim};
 use super::memory::chunk::Chunk;
 use super::region::{FREE, Leased, RECLAIMING, Region, before_next};

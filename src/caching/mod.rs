@@ -11,7 +11,7 @@
 //! `config.rs`; and below the regions, [`memory`], where their memory comes
 //! from (chunks, heap blocks, the block cache, the ledger).
 
-mod books;
+mod account;
 mod checkpoint;
 mod config;
 mod debug;
@@ -35,7 +35,7 @@ pub use memory::block_cache::{BlockCache, CacheStats};
 pub use plan::Plan;
 
 use crate::{Error, Stats, TempAllocator};
-use books::Books;
+use account::Books;
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 #[cfg(feature = "capi")]

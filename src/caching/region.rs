@@ -15,7 +15,7 @@ use core::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
 
-use super::books::Books;
+use super::account::Books;
 use super::memory::block::size_class;
 use super::memory::chunk::Chunk;
 use crate::os::page_size;

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 #[cfg(doc)]
 use super::CachingConfig;
-use super::books::Books;
+use super::account::Books;
 use super::lease;
 use super::region::{FREE, Leased};
 use super::{CachingAllocator, exclusive, regions};
