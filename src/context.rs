@@ -484,8 +484,8 @@ impl<'a> KernelContext<'a> {
         Ok(unsafe { assume_init(dst) })
     }
 
-    /// The fold every runtime entry point does: a failure recorded with
-    /// [`fail`](Self::fail) wins; else an `Ok` stays `Ok` (a refusal the
+    /// What every runtime entry point does with the kernel's result: a
+    /// failure recorded with [`fail`](Self::fail) wins; else an `Ok` stays `Ok` (a refusal the
     /// kernel handled is not a failure), and an `Err` takes the numbers of
     /// the last refusal noted through the `Allocator` trait, whose
     /// `AllocError` could not carry them.

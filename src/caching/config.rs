@@ -198,7 +198,7 @@ impl CachingConfig {
     /// `tests/all/work.rs`'s 427 KB window at 8 workers). Without a limit
     /// only: under [`max_bytes`](Self::max_bytes()) each thread grows its
     /// own region. On reservations only: a region on heap blocks (see
-    /// [`reserve`](Self::reserve())) chains them and settles to one block at
+    /// [`reserve`](Self::reserve())) chains them and keeps one block at
     /// a reset, which moving on would undo every window. `None` (the default): a region grows to what its thread
     /// uses, which suits threads whose shares stay the same.
     ///

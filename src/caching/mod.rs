@@ -6,7 +6,7 @@
 //! `reset.rs` (the full reset, and giving memory back: retain, `release`,
 //! `trim`), `lease.rs` (which region a thread uses), `region.rs` (the bump,
 //! reset, rewind, and the guard that changes a region), `grow.rs` (growth,
-//! the budget rule, `prewarm`), `books.rs` (what the allocator took through
+//! the budget rule, `prewarm`), `account.rs` (what the allocator took through
 //! its cache), `checkpoint.rs`, `debug.rs` (canaries and poison),
 //! `config.rs`; and below the regions, [`memory`], where their memory comes
 //! from (chunks, heap blocks, the block cache, the ledger).
@@ -35,7 +35,7 @@ pub use memory::block_cache::{BlockCache, CacheStats};
 pub use plan::Plan;
 
 use crate::{Error, Stats, TempAllocator};
-use account::Books;
+use account::Account;
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 #[cfg(feature = "capi")]
@@ -92,7 +92,7 @@ pub struct CachingAllocator {
     /// growth, a region made, a dedicated chunk, a checkpoint, `prewarm`.
     /// Read under `&mut self`, so `Relaxed` is enough.
     short_reset: AtomicPtr<Region>,
-    /// The lock's state and the books, on the heap, where they stay while
+    /// The lock's state and the account, on the heap, where they stay while
     /// the allocator moves: a cache with a hard limit reaches them to take
     /// back this allocator's idle memory (see [`Core`]).
     core: NonNull<Core>,
@@ -108,12 +108,12 @@ pub struct CachingAllocator {
     id: u64,
 }
 
-/// What the slow path changes under the lock, and the books: what a cache
+/// What the slow path changes under the lock, and the account: what a cache
 /// with a hard limit may reach from another allocator's growth (through
 /// [`Reclaim`]) to take memory no window of this allocator is using.
 pub(super) struct Core {
-    shared: Mutex<Shared>,
-    books: Books,
+    state: Mutex<LockedState>,
+    account: Account,
     /// `CachingConfig::retain`: the least this allocator keeps when another
     /// one takes its idle memory back.
     floor: usize,
@@ -121,50 +121,50 @@ pub(super) struct Core {
 
 /// What `exclusive` gives under `&mut self`: the lock's state, without
 /// the lock where nothing else can reach it.
-enum State<'a> {
-    Mine(&'a mut Shared),
-    Locked(MutexGuard<'a, Shared>),
+enum StateAccess<'a> {
+    Exclusive(&'a mut LockedState),
+    Locked(MutexGuard<'a, LockedState>),
 }
 
-impl core::ops::Deref for State<'_> {
-    type Target = Shared;
+impl core::ops::Deref for StateAccess<'_> {
+    type Target = LockedState;
 
-    fn deref(&self) -> &Shared {
+    fn deref(&self) -> &LockedState {
         match self {
-            State::Mine(shared) => shared,
-            State::Locked(shared) => shared,
+            StateAccess::Exclusive(state) => state,
+            StateAccess::Locked(state) => state,
         }
     }
 }
 
-impl core::ops::DerefMut for State<'_> {
-    fn deref_mut(&mut self) -> &mut Shared {
+impl core::ops::DerefMut for StateAccess<'_> {
+    fn deref_mut(&mut self) -> &mut LockedState {
         match self {
-            State::Mine(shared) => shared,
-            State::Locked(shared) => shared,
+            StateAccess::Exclusive(state) => state,
+            StateAccess::Locked(state) => state,
         }
     }
 }
 
-/// The lock's state and the books of `core` (a `CachingAllocator`'s, to
+/// The lock's state and the account of `core` (a `CachingAllocator`'s, to
 /// which the caller has `&mut`; `reachable` is its flag).
-fn exclusive(core: &mut NonNull<Core>, reachable: bool) -> (State<'_>, &Books) {
+fn exclusive(core: &mut NonNull<Core>, reachable: bool) -> (StateAccess<'_>, &Account) {
     if reachable {
         // SAFETY: `core` lives until the allocator drops (`try_with_cache`,
         // `Drop`); other allocators reach it only as `&Core`, as here.
         let core = unsafe { core.as_ref() };
-        let shared = core.shared.lock().unwrap_or_else(PoisonError::into_inner);
-        return (State::Locked(shared), &core.books);
+        let state = core.state.lock().unwrap_or_else(PoisonError::into_inner);
+        return (StateAccess::Locked(state), &core.account);
     }
     // SAFETY: as above, and unreachable from the cache: with `&mut` to the
     // allocator no reference to `core` is alive, so this is the only one.
-    let Core { shared, books, .. } = unsafe { core.as_mut() };
-    let shared = shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-    (State::Mine(shared), books)
+    let Core { state, account, .. } = unsafe { core.as_mut() };
+    let state = state.get_mut().unwrap_or_else(PoisonError::into_inner);
+    (StateAccess::Exclusive(state), account)
 }
 
 /// What the slow path changes under the lock.
-pub(super) struct Shared {
+pub(super) struct LockedState {
     /// Every region made so far, freed when the allocator drops.
     regions: Vec<NonNull<Region>>,
     /// Chunks of requests above the dedicated threshold, with their sizes.
@@ -189,7 +189,7 @@ pub(super) struct Shared {
 // would, and regions are `Send + Sync`; chunks and marks are `Send`. (This
 // is what makes the allocator `Send + Sync`: `&self` methods reach a region
 // only through the lock, atomics, or a `Leased` guard.)
-unsafe impl Send for Shared {}
+unsafe impl Send for LockedState {}
 
 /// The regions in `list`, borrowed for as long as the list.
 fn regions(list: &[NonNull<Region>]) -> impl Iterator<Item = &Region> + Clone {
@@ -261,11 +261,11 @@ impl CachingAllocator {
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
         // As `Vec::with_capacity` would: the global allocator's error.
         Self::try_with_cache(cache, config)
-            .unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<Shared>()))
+            .unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<LockedState>()))
     }
 
     /// [`with_cache`](Self::with_cache), but an error instead of an abort
-    /// when there is no memory for the allocator's books (room for 8 nested
+    /// when there is no memory for the allocator's records (room for 8 nested
     /// checkpoints over 8 regions), for runtimes that must not abort.
     ///
     /// ```
@@ -279,19 +279,19 @@ impl CachingAllocator {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfMemory`] with the size of the books that could not be
+    /// [`Error::OutOfMemory`] with the size of the records that could not be
     /// had.
     pub fn try_with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Result<Self, Error> {
         fn room<T>(n: usize) -> Result<Vec<T>, Error> {
-            let mut books = Vec::new();
+            let mut account = Vec::new();
             let oom = Error::OutOfMemory {
                 size: n * size_of::<T>(),
                 align: align_of::<T>(),
             };
-            books.try_reserve_exact(n).map_err(|_| oom)?;
-            Ok(books)
+            account.try_reserve_exact(n).map_err(|_| oom)?;
+            Ok(account)
         }
-        let shared = Shared {
+        let state = LockedState {
             regions: room(NESTED_CHECKPOINTS)?,
             dedicated: Vec::new(),
             open: room(NESTED_CHECKPOINTS)?,
@@ -304,8 +304,8 @@ impl CachingAllocator {
         };
         let reachable = cache.max_bytes().is_some();
         let core_value = Core {
-            shared: Mutex::new(shared),
-            books: Books::new(Arc::clone(&cache), config.max_bytes),
+            state: Mutex::new(state),
+            account: Account::new(Arc::clone(&cache), config.max_bytes),
             floor: config.retain.unwrap_or(0),
         };
         // SAFETY: `Core` is not zero-sized.
@@ -354,7 +354,7 @@ impl CachingAllocator {
     /// assert_eq!(temp.cache().idle_bytes(), 0);
     /// ```
     pub fn cache(&self) -> &Arc<BlockCache> {
-        &self.books().cache
+        &self.account().cache
     }
 
     /// The configuration this allocator was made with.
@@ -390,16 +390,16 @@ impl CachingAllocator {
         if !self.config.debug_checks {
             return Ok(());
         }
-        let mut shared = self.lock();
-        let (new, first) = shared.debug.check();
-        shared.totals.canary_violations += new;
+        let mut state = self.lock();
+        let (new, first) = state.debug.check();
+        state.totals.canary_violations += new;
         first.map_or(Ok(()), Err)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Shared> {
-        // Nothing panics under the lock, and the slow path leaves `Shared`
+    fn lock(&self) -> MutexGuard<'_, LockedState> {
+        // Nothing panics under the lock, and the slow path leaves `LockedState`
         // consistent at every early return, so poison is ignored.
-        (self.core().shared.lock()).unwrap_or_else(PoisonError::into_inner)
+        (self.core().state.lock()).unwrap_or_else(PoisonError::into_inner)
     }
 
     fn core(&self) -> &Core {
@@ -408,8 +408,8 @@ impl CachingAllocator {
         unsafe { self.core.as_ref() }
     }
 
-    fn books(&self) -> &Books {
-        &self.core().books
+    fn account(&self) -> &Account {
+        &self.core().account
     }
 
     /// A region of this allocator, for as long as the allocator.
@@ -482,26 +482,26 @@ unsafe impl TempAllocator for CachingAllocator {
         {
             // Never set where other allocators can reach `core` (`reset_all`).
             debug_assert!(!self.reachable);
-            let shared = self.lock();
-            debug_assert!(shared.regions[..] == [only] && shared.dedicated.is_empty());
+            let state = self.lock();
+            debug_assert!(state.regions[..] == [only] && state.dedicated.is_empty());
             // No checkpoint since the last reset, so no rewind either: the
             // window's high water is what is live now.
-            debug_assert!(shared.open.is_empty() && shared.marks.is_empty());
-            debug_assert!(shared.window_high == 0);
+            debug_assert!(state.open.is_empty() && state.marks.is_empty());
+            debug_assert!(state.window_high == 0);
         }
-        debug_assert!(region.settled());
+        debug_assert!(region.has_one_chunk());
         // A calling thread that holds this window's token leases the one
         // region (see `lease::leased`): the reset would lease it to the
         // thread again, so the lease and the token stay as they are. Else
         // the lease ends: a new window first, as in `reset_all`.
         let (window, _) = lease::leased();
         let next = if window == self.window.current {
-            debug_assert!(region.is_leased_to(lease::mine(self.id).1));
+            debug_assert!(region.is_leased_to(lease::last_lease(self.id).1));
             None
         } else {
             let window = self.window.next();
-            let (mine, me) = lease::renew(self.id, window);
-            Some(if mine == Some(only) { me } else { FREE })
+            let (last, thread) = lease::carry_over(self.id, window);
+            Some(if last == Some(only) { thread } else { FREE })
         };
         // At most one chunk, and no growth since the last reset moved it:
         // the window stayed in the first chunk.
@@ -513,34 +513,34 @@ unsafe impl TempAllocator for CachingAllocator {
     }
 
     fn stats(&self) -> Stats {
-        let shared = self.lock();
-        let (t, locked) = (&self.totals, &shared.totals);
-        // Regions count their own requests until a reset or rewind folds
+        let state = self.lock();
+        let (t, locked) = (&self.totals, &state.totals);
+        // Regions count their own requests until a reset or rewind flushes
         // them in: what they hold is live, and requested.
         let (mut allocations, mut requested, mut live) = (
             t.allocations + locked.allocations,
             t.bytes_requested + locked.bytes_requested,
-            shared.dedicated_live(),
+            state.dedicated_live(),
         );
-        for region in regions(&shared.regions) {
+        for region in regions(&state.regions) {
             allocations += region.count() as u64;
             requested += region.live() as u64;
             live += region.live();
         }
-        let window = shared.window_high.max(live);
-        let books = self.books();
+        let window = state.window_high.max(live);
+        let account = self.account();
         Stats {
             allocations,
             bytes_requested: requested,
             resets: t.resets,
-            system_allocations: books.ledger.system_allocations.load(Relaxed),
-            system_frees: books.ledger.system_frees.load(Relaxed),
-            bytes_held: books.ledger.held(),
+            system_allocations: account.ledger.system_allocations.load(Relaxed),
+            system_frees: account.ledger.system_frees.load(Relaxed),
+            bytes_held: account.ledger.held(),
             high_water: t.high_water.max(window),
             bytes_live: live,
             window_high_water: t.last_window_high.max(window),
-            cache_hits: books.ledger.hits.load(Relaxed),
-            cache_misses: books.ledger.misses.load(Relaxed),
+            cache_hits: account.ledger.hits.load(Relaxed),
+            cache_misses: account.ledger.misses.load(Relaxed),
             canary_violations: t.canary_violations + locked.canary_violations,
         }
     }
@@ -570,16 +570,16 @@ impl CachingAllocator {
     }
 }
 
-impl Shared {
+impl LockedState {
     /// Bytes requested in `dedicated`.
     fn dedicated_live(&self) -> usize {
         self.dedicated.iter().map(|(_, size)| size).sum()
     }
 
     /// Gives the dedicated chunks from the `from`th on back, newest first.
-    fn free_dedicated(&mut self, from: usize, books: &Books) {
+    fn free_dedicated(&mut self, from: usize, account: &Account) {
         for (chunk, _) in self.dedicated.drain(from..).rev() {
-            books.give_back(chunk);
+            account.give_back(chunk);
         }
     }
 }
@@ -588,14 +588,14 @@ impl Drop for CachingAllocator {
     fn drop(&mut self) {
         if self.reachable {
             // First: no other allocator reaches `core` from now on.
-            self.books()
+            self.account()
                 .cache
                 .unregister(self.core as NonNull<dyn Reclaim>);
         }
         self.release();
         // Unreachable now: the lock is not needed.
-        let (mut shared, _) = exclusive(&mut self.core, false);
-        for region in shared.regions.drain(..) {
+        let (mut state, _) = exclusive(&mut self.core, false);
+        for region in state.regions.drain(..) {
             // SAFETY: every region came from `Region::try_new`, which
             // allocated and initialised it as `Box` does, and is freed only
             // here, once (drained from the list); `&mut self` means no
@@ -604,7 +604,7 @@ impl Drop for CachingAllocator {
             // allocator).
             drop(unsafe { Box::from_raw(region.as_ptr()) });
         }
-        drop(shared);
+        drop(state);
         // SAFETY: `core` was allocated as `Box` does in `try_with_cache` and
         // is freed only here; the cache no longer reaches it (above), and
         // `&mut self` means nothing else refers to it.
@@ -613,7 +613,7 @@ impl Drop for CachingAllocator {
 }
 
 // SAFETY: `core` is owned as a `Box` would own it, and `Core` is `Send +
-// Sync` (its state is behind a mutex, its books are atomics: checked
+// Sync` (its state is behind a mutex, its account is atomics: checked
 // below); the other fields are `Send + Sync` on their own.
 unsafe impl Send for CachingAllocator {}
 const _: () = {

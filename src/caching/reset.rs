@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 #[cfg(doc)]
 use super::CachingConfig;
-use super::account::Books;
+use super::account::Account;
 use super::lease;
 use super::region::{FREE, Leased};
 use super::{CachingAllocator, exclusive, regions};
@@ -33,7 +33,7 @@ impl CachingAllocator {
     pub fn release(&mut self) {
         self.reset();
         // After a reset: nothing in use.
-        self.each_region(|mut region, books| region.shed(books, None));
+        self.each_region(|mut region, account| region.give_back(account, None));
     }
 
     /// Gives back the pages no scratch uses now, keeping every region's
@@ -56,47 +56,47 @@ impl CachingAllocator {
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
     pub fn trim(&mut self) {
-        self.each_region(|mut region, books| region.trim(books));
+        self.each_region(|mut region, account| region.trim(account));
     }
 
-    /// Runs `f` on every region with its guard, and the books, under
+    /// Runs `f` on every region with its guard, and the account, under
     /// `&mut self`.
-    fn each_region(&mut self, mut f: impl FnMut(Leased<'_>, &Books)) {
-        let (shared, books) = exclusive(&mut self.core, self.reachable);
-        for region in regions(&shared.regions) {
+    fn each_region(&mut self, mut f: impl FnMut(Leased<'_>, &Account)) {
+        let (state, account) = exclusive(&mut self.core, self.reachable);
+        for region in regions(&state.regions) {
             // SAFETY: `&mut self` (and the lock, if other allocators can
             // reach this one): no thread holds a guard of the region or can
             // make one, and the list holds each region once, so this is its
             // one guard.
-            f(unsafe { Leased::new(region) }, books);
+            f(unsafe { Leased::new(region) }, account);
         }
     }
 
     /// `reset` when it cannot take the short path: several regions (or
-    /// none), a region to settle, the debug checks, a retain cap, dedicated
+    /// none), a region with several chunks, the debug checks, a retain cap, dedicated
     /// chunks or checkpoints, or the first reset after a growth.
     #[inline(never)]
     pub(super) fn reset_all(&mut self) {
-        let (mut guard, books) = exclusive(&mut self.core, self.reachable);
-        let shared = &mut *guard;
+        let (mut guard, account) = exclusive(&mut self.core, self.reachable);
+        let state = &mut *guard;
         if self.config.debug_checks {
             // Before any chunk goes back: the memory is still ours to poison.
-            self.totals.canary_violations += shared.debug.recycle(0);
+            self.totals.canary_violations += state.debug.recycle(0);
         }
-        let mut live = shared.dedicated_live();
+        let mut live = state.dedicated_live();
         // The new window first: no thread's old token may lead into a region
         // this loop frees, even if something in it panicked.
         let window = self.window.next();
         // Where other sessions may take idle memory back, every region is
         // FREE between inferences: the resetting thread keeps none.
-        let (mine, me) = if self.reachable {
+        let (last, thread) = if self.reachable {
             (None, FREE)
         } else {
-            lease::renew(self.id, window)
+            lease::carry_over(self.id, window)
         };
-        for region in regions(&shared.regions) {
-            let next = if mine == Some(NonNull::from(region)) {
-                me
+        for region in regions(&state.regions) {
+            let next = if last == Some(NonNull::from(region)) {
+                thread
             } else {
                 FREE
             };
@@ -105,19 +105,20 @@ impl CachingAllocator {
             // make one, and this is its one guard.
             let mut region = unsafe { Leased::new(region) };
             live += region.reset(false, &mut self.totals);
-            region.settle(books);
+            region.keep_one_chunk(account);
             region.unlease(next);
         }
-        shared.free_dedicated(0, books);
-        shared.open.clear();
-        shared.marks.clear();
-        let high = core::mem::take(&mut shared.window_high).max(live);
+        state.free_dedicated(0, account);
+        state.open.clear();
+        state.marks.clear();
+        let high = core::mem::take(&mut state.window_high).max(live);
         self.totals.end_window(high);
-        // Every region settled, no dedicated chunk, no checkpoint: with one
+        // Every region down to one chunk, no dedicated chunk, no checkpoint: with one
         // region, the next reset may take the short path.
-        let plain = !self.config.debug_checks && self.config.retain.is_none() && !self.reachable;
-        let short = match shared.regions[..] {
-            [only] if plain => only.as_ptr(),
+        let short_allowed =
+            !self.config.debug_checks && self.config.retain.is_none() && !self.reachable;
+        let short = match state.regions[..] {
+            [only] if short_allowed => only.as_ptr(),
             _ => ptr::null_mut(),
         };
         *self.short_reset.get_mut() = short;
@@ -141,10 +142,10 @@ impl CachingAllocator {
     #[cold]
     #[inline(never)]
     fn retain(&mut self, cap: usize) {
-        let (shared, books) = exclusive(&mut self.core, self.reachable);
-        for _ in 0..shared.regions.len() {
-            let excess = books.ledger.held().saturating_sub(cap);
-            let largest = regions(&shared.regions)
+        let (state, account) = exclusive(&mut self.core, self.reachable);
+        for _ in 0..state.regions.len() {
+            let excess = account.ledger.held().saturating_sub(cap);
+            let largest = regions(&state.regions)
                 .filter(|r| r.held() != 0)
                 .max_by_key(|r| r.held());
             let Some(region) = largest.filter(|_| excess > 0) else {
@@ -154,7 +155,7 @@ impl CachingAllocator {
             // can make one, and this is its one guard.
             let mut region = unsafe { Leased::new(region) };
             // After a reset: nothing in use.
-            region.shed(books, Some(region.held().saturating_sub(excess)));
+            region.give_back(account, Some(region.held().saturating_sub(excess)));
         }
     }
 }

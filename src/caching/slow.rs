@@ -12,7 +12,7 @@ use super::debug::{CANARY_LEN, DebugState};
 use super::lease;
 use super::memory::block_cache::ChunkOptions;
 use super::region::{Extend, FREE, Leased, Region};
-use super::{CachingAllocator, Shared, exclusive, regions};
+use super::{CachingAllocator, LockedState, exclusive, regions};
 use crate::Error;
 use crate::os::page_size;
 use crate::temp::dangling;
@@ -30,7 +30,7 @@ impl CachingAllocator {
         old: usize,
         new_size: usize,
         more: usize,
-        shared: Option<&mut Shared>,
+        state: Option<&mut LockedState>,
     ) -> bool {
         let Ok(layout) = Layout::from_size_align(more, 1) else {
             return false;
@@ -38,7 +38,7 @@ impl CachingAllocator {
         if !region.need(layout, &self.config).in_place() {
             return false;
         }
-        let grown = self.grow(region, layout, shared);
+        let grown = self.grow(region, layout, state);
         grown.is_ok() && matches!(region.extend(ptr.as_ptr(), old, new_size), Extend::Done)
     }
 
@@ -54,8 +54,8 @@ impl CachingAllocator {
         // `lease::leased`), alive while `&self` is; this call holds no other
         // guard of it.
         let mut region = unsafe { Leased::new(&*region) };
-        let mut shared = self.lock();
-        let Some(canary) = shared.debug.intact(ptr, old) else {
+        let mut state = self.lock();
+        let Some(canary) = state.debug.intact(ptr, old) else {
             return false;
         };
         // No overflow: a carving with its canary fits in `isize::MAX`, and
@@ -70,11 +70,11 @@ impl CachingAllocator {
                 old_padded,
                 new_padded,
                 more,
-                Some(&mut shared),
+                Some(&mut state),
             ),
         };
         if extended {
-            shared.debug.resized(canary, new_size);
+            state.debug.resized(canary, new_size);
         }
         extended
     }
@@ -99,22 +99,22 @@ impl CachingAllocator {
     /// if that is free or still its own (lock-free), else, under the lock,
     /// the FREE region that holds the most, or a new one.
     fn lease(&self, layout: Layout) -> Result<Leased<'_>, Error> {
-        let (last, me) = lease::mine(self.id);
+        let (last, thread) = lease::last_lease(self.id);
         let region = match last {
-            Some(last) if self.region(last).lease(me) => last,
+            Some(last) if self.region(last).lease(thread) => last,
             _ => {
-                let mut shared = self.lock();
-                let before = shared.regions.len();
-                let region = lease::lease_any(&mut shared.regions, me)
+                let mut state = self.lock();
+                let count = state.regions.len();
+                let region = lease::lease_any(&mut state.regions, thread)
                     .ok_or_else(|| Error::out_of_memory(layout))?;
-                if shared.regions.len() != before {
+                if state.regions.len() != count {
                     // A region made: the short reset knows only one.
                     self.no_short_reset();
                 }
                 region
             }
         };
-        lease::remember(self.window.current, self.id, region);
+        lease::record(self.window.current, self.id, region);
         // SAFETY: the calling thread leases `region` (`Region::lease` or
         // `lease_any` said so), a region of this allocator, and holds no
         // other guard of it: a guard lives only in the call that made it.
@@ -124,12 +124,12 @@ impl CachingAllocator {
     /// Carves `layout` from `region`, or from a FREE region with the room
     /// if nothing is in `region` yet (or it reached the region cap), else
     /// grows `region` first. Returns the region that served it too.
-    /// `shared` is the lock's guard if the caller holds it.
+    /// `state` is the lock's guard if the caller holds it.
     fn bump_or_grow<'r>(
         &'r self,
         mut region: Leased<'r>,
         layout: Layout,
-        mut shared: Option<&mut Shared>,
+        mut state: Option<&mut LockedState>,
     ) -> Result<(NonNull<[u8]>, Leased<'r>), Error> {
         if let Some(ptr) = region.bump(layout) {
             return Ok((ptr, region));
@@ -146,21 +146,21 @@ impl CachingAllocator {
         // region the next kernel's threads need.) Not under a limit, whose
         // rule counts on each thread growing its own region (README,
         // `max_bytes`): there the budget rule reclaims idle room instead.
-        let limited = self.books().limited();
-        // On reservations only: a heap region chains blocks and settles to
+        let limited = self.account().limited();
+        // On reservations only: a heap region chains blocks and keeps
         // one at a reset, which moving on would undo every window.
         let capped =
             (self.config.region_cap).is_some_and(|cap| region.held() >= cap) && region.is_mapped();
         if !limited && (capped || region.is_empty()) {
-            region = match shared.as_deref_mut() {
-                Some(shared) => self.move_on(shared, region, layout)?,
+            region = match state.as_deref_mut() {
+                Some(state) => self.move_on(state, region, layout)?,
                 None => self.move_on(&mut self.lock(), region, layout)?,
             };
             if let Some(ptr) = region.bump(layout) {
                 return Ok((ptr, region));
             }
         }
-        self.grow(&mut region, layout, shared)?;
+        self.grow(&mut region, layout, state)?;
         let ptr = region
             .bump(layout)
             .ok_or_else(|| Error::out_of_memory(layout))?;
@@ -185,16 +185,16 @@ impl CachingAllocator {
     #[cold]
     fn move_on<'r>(
         &'r self,
-        shared: &mut Shared,
+        state: &mut LockedState,
         mut region: Leased<'r>,
         layout: Layout,
     ) -> Result<Leased<'r>, Error> {
         let empty = region.is_empty();
-        let peak = if empty { region.cold().1.peak } else { 0 };
-        let (_, me) = lease::mine(self.id);
+        let peak = if empty { region.parts().1.peak } else { 0 };
+        let (_, thread) = lease::last_lease(self.id);
         let serves = |r: &&Region| r.is_leased_to(FREE) && r.fits(layout) && r.room() >= peak;
-        let idle = lease::first(me, || {
-            regions(&shared.regions)
+        let idle = lease::first(thread, || {
+            regions(&state.regions)
                 .filter(serves)
                 .min_by_key(|r| r.room())
         });
@@ -203,14 +203,14 @@ impl CachingAllocator {
             None if empty => return Ok(region),
             None => {
                 self.no_short_reset();
-                lease::lease_new(&mut shared.regions, me)
+                lease::lease_new(&mut state.regions, thread)
                     .ok_or_else(|| Error::out_of_memory(layout))?
             }
         };
         if empty {
             region.unlease(FREE);
         }
-        lease::remember(self.window.current, self.id, next);
+        lease::record(self.window.current, self.id, next);
         // SAFETY: the calling thread just leased `next`, a region of this
         // allocator (a FREE one, or one it made), and holds no other guard
         // of it: its one guard was of `region`, another region, and is gone.
@@ -223,41 +223,41 @@ impl CachingAllocator {
     /// caller), instead of one copy per thread that ever ran one. The other
     /// regions become FREE, for the frame's kernels' threads.
     pub(super) fn adopt_largest(&mut self) {
-        let (shared, _) = exclusive(&mut self.core, self.reachable);
-        let quiet = shared.open.is_empty() && shared.dedicated.is_empty();
-        let (mine, me) = lease::mine(self.id);
-        let largest = regions(&shared.regions).max_by_key(|r| r.held());
+        let (state, _) = exclusive(&mut self.core, self.reachable);
+        let quiet = state.open.is_empty() && state.dedicated.is_empty();
+        let (last, thread) = lease::last_lease(self.id);
+        let largest = regions(&state.regions).max_by_key(|r| r.held());
         let Some(largest) = largest.filter(|_| quiet) else {
             return;
         };
-        if mine == Some(NonNull::from(largest)) && largest.is_leased_to(me)
-            || regions(&shared.regions).any(|r| !r.is_empty())
+        if last == Some(NonNull::from(largest)) && largest.is_leased_to(thread)
+            || regions(&state.regions).any(|r| !r.is_empty())
         {
             return;
         }
         // Leases change: a new window, so no thread's fast path reaches a
         // region through the token it leased it under.
         let window = self.window.next();
-        for region in regions(&shared.regions) {
+        for region in regions(&state.regions) {
             // SAFETY: `&mut self`: no thread holds a guard of the region or
             // can make one, and this is its one guard.
             unsafe { Leased::new(region) }.unlease(FREE);
         }
-        let leased = largest.lease(me);
+        let leased = largest.lease(thread);
         debug_assert!(leased, "every region was just made FREE, under `&mut self`");
-        lease::remember(window, self.id, NonNull::from(largest));
+        lease::record(window, self.id, NonNull::from(largest));
     }
 
     /// A chunk of its own for a request at or above the dedicated threshold,
     /// with `extra` bytes of room after it (for a canary).
     fn allocate_dedicated(
         &self,
-        shared: &mut Shared,
+        state: &mut LockedState,
         layout: Layout,
         extra: usize,
     ) -> Result<NonNull<[u8]>, Error> {
         self.no_short_reset();
-        shared
+        state
             .dedicated
             .try_reserve(1)
             .map_err(|_| Error::out_of_memory(layout))?;
@@ -270,15 +270,15 @@ impl CachingAllocator {
             most: usize::MAX,
             ahead: true,
         };
-        let chunk = self.books().take(need, need, options, layout)?;
+        let chunk = self.account().take(need, need, options, layout)?;
         let pad = chunk.base().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
         // SAFETY: `pad < align`, and the chunk holds `size + extra + align -
         // page` usable bytes from a page-aligned start, so `pad + size +
         // extra` fits.
         let ptr = unsafe { chunk.base().add(pad) };
-        shared.dedicated.push((chunk, layout.size()));
-        shared.totals.allocations += 1;
-        shared.totals.bytes_requested += layout.size() as u64;
+        state.dedicated.push((chunk, layout.size()));
+        state.totals.allocations += 1;
+        state.totals.bytes_requested += layout.size() as u64;
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 
@@ -294,7 +294,7 @@ impl CachingAllocator {
             return Ok(dangling(layout));
         }
         let padded =
-            DebugState::padded(layout).map_err(|e| self.books().past_any_size(layout, e))?;
+            DebugState::padded(layout).map_err(|e| self.account().past_any_size(layout, e))?;
         let dedicated = layout.size() >= self.config.dedicated_from();
         // Leased before the lock is taken: leasing may take it.
         let region = if dedicated {
@@ -302,21 +302,21 @@ impl CachingAllocator {
         } else {
             Some(self.lease(padded)?)
         };
-        let mut shared = self.lock();
-        shared.debug.reserve(layout)?;
+        let mut state = self.lock();
+        state.debug.reserve(layout)?;
         let ptr = match region {
             None => self
-                .allocate_dedicated(&mut shared, layout, CANARY_LEN)?
+                .allocate_dedicated(&mut state, layout, CANARY_LEN)?
                 .cast(),
             Some(region) => {
-                let carved = self.bump_or_grow(region, padded, Some(&mut shared));
+                let carved = self.bump_or_grow(region, padded, Some(&mut state));
                 let (ptr, mut region) = carved.map_err(|e| e.for_request(layout))?;
                 // The region counted the canary as requested; the caller did not.
                 region.count_request(-(CANARY_LEN as isize));
                 ptr.cast()
             }
         };
-        shared.debug.record(ptr, layout.size());
+        state.debug.record(ptr, layout.size());
         Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
     }
 }

@@ -426,7 +426,7 @@ impl BlockCache {
             self.refusals.fetch_add(1, Relaxed);
             return Ok(None);
         }
-        charge.keep();
+        charge.keep_all();
         self.ledger.system_allocations.fetch_add(1, Relaxed);
         Ok(Some(bytes))
     }
@@ -526,7 +526,7 @@ impl BlockCache {
             return Err(oom);
         }
         let block = Block::allocate(size, options.block).map_err(|_| oom)?;
-        charge.keep();
+        charge.keep_all();
         self.ledger.system_allocations.fetch_add(1, Relaxed);
         self.heap_blocks.fetch_add(1, Relaxed);
         Ok(Taken {
