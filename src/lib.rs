@@ -234,7 +234,8 @@ pub use dyn_stack;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// Names removed before the first release stay removed (issue 20):
+/// Names removed before the first release stay removed. One context type
+/// serves every kernel:
 ///
 /// ```compile_fail,E0432
 /// use tempalloc::SyncKernelContext;
@@ -260,7 +261,8 @@ struct RemovedItems;
 
 /// A `BlockCache` evicts idle memory with `evict_idle`: its `trim` (a verb
 /// `CachingAllocator::trim`, which decommits pages, keeps) and
-/// `release_all` (`evict_idle(0)`) are gone (issue 20):
+/// `release_all` (`evict_idle(0)`) are gone, so that one verb means one
+/// thing:
 ///
 /// ```compile_fail,E0599
 /// let cache = tempalloc::BlockCache::with_idle_budget(0);

@@ -71,9 +71,9 @@ fn every_error_maps_to_its_code_and_a_message() {
     assert_eq!(message(i32::MAX), "unknown tempalloc error code");
 }
 
-/// Issue 31, item 10: a C token is the allocator's own checkpoint as
-/// plain data, so a refused rewind has the allocator's reason and
-/// numbers (no books of the handle's own, no made-up reset count), and
+/// A C token is the allocator's own checkpoint as plain data, so a refused
+/// rewind has the allocator's reason and numbers (no records of the
+/// handle's own, no made-up reset count), and
 /// each reason its own code.
 #[test]
 fn a_refused_rewind_says_why() {
