@@ -218,7 +218,7 @@ typedef struct tempalloc_stats {
  * A checkpoint of a [`tempalloc_allocator`], from [`tempalloc_checkpoint`],
  * consumed by [`tempalloc_rewind`]: the fields of the allocator's own
  * [`Checkpoint`](crate::Checkpoint). Plain data: copying or forging one is
- * harmless (the rewind checks every field against the allocator's books of
+ * harmless (the rewind checks every field against the allocator's records of
  * open checkpoints and refuses what they do not hold).
  */
 typedef struct tempalloc_checkpoint_token {
@@ -539,7 +539,7 @@ tempalloc_error tempalloc_allocator_stats(const tempalloc_allocator *alloc,
  * rewinding to one consumes it and every checkpoint taken after it. A reset
  * or release consumes them all. Makes no system allocation up to 8 open
  * checkpoints. Returns [`TEMPALLOC_OK`], [`TEMPALLOC_ERROR_NULL_ARGUMENT`], or
- * [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the books of open checkpoints must
+ * [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the records of open checkpoints must
  * grow and the system has no memory (then `*out` is untouched and no
  * checkpoint is taken).
  *

@@ -72,12 +72,12 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfMemory`] when the allocator's books of open checkpoints
+    /// [`Error::OutOfMemory`] when the allocator's records of open checkpoints
     /// must grow and the system has no memory for them (a
     /// `CachingAllocator` past 8 nested checkpoints, say); nothing changes
     /// then. [`FixedAllocator`](crate::FixedAllocator),
     /// [`MallocAllocator`](crate::MallocAllocator) and
-    /// [`BumpAllocator`](crate::BumpAllocator) keep no books: always `Ok`.
+    /// [`BumpAllocator`](crate::BumpAllocator) keep no records: always `Ok`.
     fn checkpoint(&self) -> Result<Self::Checkpoint, Error>;
 
     /// Recycles everything handed out since `checkpoint` was taken.

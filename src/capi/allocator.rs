@@ -304,7 +304,7 @@ pub unsafe extern "C" fn tempalloc_allocator_stats(
 /// rewinding to one consumes it and every checkpoint taken after it. A reset
 /// or release consumes them all. Makes no system allocation up to 8 open
 /// checkpoints. Returns [`TEMPALLOC_OK`], [`TEMPALLOC_ERROR_NULL_ARGUMENT`], or
-/// [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the books of open checkpoints must
+/// [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the records of open checkpoints must
 /// grow and the system has no memory (then `*out` is untouched and no
 /// checkpoint is taken).
 ///

@@ -100,7 +100,7 @@ fn a_refused_rewind_says_why() {
         let error = unsafe { on_exclusive(alloc, |temp| Ok(temp.rewind(cp.into()).err())) };
         let error = error.unwrap();
         // SAFETY: a live handle, used by this thread only. The rewind
-        // above was refused, so this one meets the same books.
+        // above was refused, so this one meets the same records.
         let c_code = unsafe { tempalloc_rewind(alloc, cp) };
         assert_eq!(error.map_or(TEMPALLOC_OK, code), c_code);
         error

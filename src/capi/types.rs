@@ -131,7 +131,7 @@ impl From<crate::CacheStats> for tempalloc_stats {
 /// A checkpoint of a [`tempalloc_allocator`], from [`tempalloc_checkpoint`],
 /// consumed by [`tempalloc_rewind`]: the fields of the allocator's own
 /// [`Checkpoint`](crate::Checkpoint). Plain data: copying or forging one is
-/// harmless (the rewind checks every field against the allocator's books of
+/// harmless (the rewind checks every field against the allocator's records of
 /// open checkpoints and refuses what they do not hold).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

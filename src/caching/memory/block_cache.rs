@@ -548,7 +548,7 @@ impl BlockCache {
         let before = frees.load(Relaxed);
         let mut idle = self.idle();
         if idle.try_reserve(1).is_err() {
-            // No room in the books: freed rather than kept (never an abort).
+            // No room in the idle list: freed rather than kept (never an abort).
             self.ledger.release(chunk.usable());
             frees.fetch_add(1, Relaxed);
             return 1;
