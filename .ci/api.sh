@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI steps of the API work (issue 20): features that only add, the C and C++
+# CI steps of the API: features that only add, the C and C++
 # build integration, packaging and the MSRV. Called from .ci/run; run from
 # the project root on a fresh clone.
 set -euo pipefail
@@ -17,7 +17,7 @@ step() {
 }
 trap step EXIT
 
-# Issue 20, item 2: no public type, default or signature changes with a
+# No public type, default or signature changes with a
 # feature. crates/no-std-kernel names `Frame<'_, FixedAllocator<'_>>` in its
 # API; it must build on its own (no `std`) and in one build with a crate that
 # turns `tempalloc/std` on (the root package, default features), where
@@ -27,7 +27,7 @@ cargo check -p no-std-kernel
 cargo check -p no-std-kernel --features tempalloc/std
 cargo check -p no-std-kernel -p tempalloc
 
-# Issue 20, item 9: the docs.rs build (every feature, `--cfg docsrs` on
+# The docs.rs build (every feature, `--cfg docsrs` on
 # nightly) has no warning, and feature-gated items say which feature they need.
 step "docs.rs: all features, doc_cfg"
 if ! cargo +nightly --version >/dev/null 2>&1; then
@@ -42,14 +42,14 @@ grep -q 'crate feature <code>dyn-stack</code>' target/doc/tempalloc/struct.Kerne
 grep -q '<code>test-util</code></strong> only' target/doc/tempalloc/testing/index.html
 grep -Eq '^all-features = true$' Cargo.toml
 
-# Issue 20, item 10: every C and C++ block of README.md and docs/capi.md,
+# Every C and C++ block of README.md and docs/capi.md,
 # read from the files, compiled, linked and run (also part of
 # `cargo test --features capi`; named here so a failure says where).
 step "C and C++ blocks of the docs"
 # The feature set of .ci/run's feature tests, whose build this reuses.
 cargo test --quiet --features capi,cli,dyn-stack --test all capi::docs::
 
-# Issue 20, item 13: the C library as a C or C++ project gets it.
+# The C library as a C or C++ project gets it.
 step "C library: the benchmark harness's build, SONAME, release-capi"
 # The command ../shared/bench/et-compare.sh runs must keep working.
 cargo rustc --quiet --release --lib --features capi --crate-type cdylib
@@ -59,7 +59,7 @@ cargo rustc --quiet --profile release-capi --lib --features capi --crate-type st
 readelf -d target/release-capi/libtempalloc.so | grep -q 'Library soname: \[libtempalloc.so.0.1\]'
 ls -l target/release/libtempalloc.so target/release-capi/libtempalloc.so target/release-capi/libtempalloc.a
 
-# Issue 31, item 6: the checked release library turns a double destroy, a
+# The checked release library turns a double destroy, a
 # stale handle and a handle of the other kind into error codes. `--release`,
 # not release-capi: only this crate is built again, without a second LTO.
 step "C library: the checked release build (capi-checked)"
@@ -77,7 +77,7 @@ cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/smoke.c target/rel
     -lpthread -ldl -lm -o target/smoke-pie
 target/smoke-pie
 
-# Issue 31, item 4: CMake the way CMake users write it.
+# CMake the way CMake users write it.
 step "CMake: install (SONAME, development link, package config), find_package, add_subdirectory, include, pkg-config"
 if ! command -v cmake >/dev/null || ! command -v pkg-config >/dev/null; then
     apt-get update -qq
@@ -121,7 +121,7 @@ cc -std=c99 -pedantic -Wall -Wextra -Werror tests/c/smoke.c $(pkg-config --cflag
 "$cm/smoke"
 unset PKG_CONFIG_PATH
 
-# Issue 20, item 15: `cargo publish --dry-run` (packaging, the manifest
+# `cargo publish --dry-run` (packaging, the manifest
 # checks crates.io's upload makes, a build of the packaged crate) passes
 # with no warning but its own "aborting upload due to dry run". A fresh
 # clone is clean, as it wants.

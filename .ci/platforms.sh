@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Platform CI (issue 18): each platform tempalloc ships on, proven as far as
+# Platform CI: each platform tempalloc ships on, proven as far as
 # this x86-64 Linux machine allows. docs/reliability.md ("Platforms in CI")
 # says what each step proves and cannot, and what it costs.
 #

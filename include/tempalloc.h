@@ -62,55 +62,6 @@ typedef struct tempalloc_block_cache tempalloc_block_cache;
 #define TEMPALLOC_VERSION 100
 
 /**
- * How to build an allocator. Start from [`tempalloc_config_default`] and
- * change the fields you need; zero fields mean "the default".
- */
-typedef struct tempalloc_config {
-  /**
-   * Budget for idle memory of the allocator's own cache, in bytes: what it
-   * keeps for reuse after a release rather than give back to the system.
-   * Ignored with a shared cache.
-   */
-  size_t idle_budget;
-  /**
-   * Hard limit on all memory the allocator takes from the system; 0
-   * means no limit. Honoured with a shared cache too: the allocator's own
-   * limit within the cache's (a session's cap within the sessions'
-   * budget). See [`CachingConfig::max_bytes`] for the rule it serves.
-   */
-  size_t max_bytes;
-  /**
-   * The least memory a thread's region makes usable when it takes a
-   * chunk (its first commit, or heap block); 0, the default, means what
-   * the region's first request needs, in whole pages.
-   */
-  size_t min_block_size;
-  /**
-   * Requests of at least this many bytes get a block of their own; 0
-   * means never.
-   */
-  size_t dedicated_threshold;
-  /**
-   * 1: touch every page of a new block when it is taken from the system;
-   * 0: don't. Any other value is [`TEMPALLOC_ERROR_INVALID_ARGUMENT`].
-   */
-  uint8_t prefault;
-  /**
-   * 1: align reservations (and blocks of a huge page and more) to the
-   * transparent huge page size the kernel reports and ask for huge pages
-   * on them (Linux and Android; 2 MiB at 4 KiB pages); 0: don't. Any
-   * other value is an error.
-   */
-  uint8_t huge_pages;
-  /**
-   * 1: canaries after every buffer and poison on reset, checked by
-   * [`tempalloc_check`] and at every reset (slower); 0: off, the default
-   * in every build of the library. Any other value is an error.
-   */
-  uint8_t debug_checks;
-} tempalloc_config;
-
-/**
  * A status code: [`TEMPALLOC_OK`] or one of the `TEMPALLOC_ERROR_*`
  * constants. A plain integer (not a Rust enum), so a code C made up is
  * still a valid value: [`tempalloc_error_message`] answers it too.
@@ -158,6 +109,55 @@ typedef struct tempalloc_error_detail {
    */
   size_t align;
 } tempalloc_error_detail;
+
+/**
+ * How to build an allocator. Start from [`tempalloc_config_default`] and
+ * change the fields you need; zero fields mean "the default".
+ */
+typedef struct tempalloc_config {
+  /**
+   * Budget for idle memory of the allocator's own cache, in bytes: what it
+   * keeps for reuse after a release rather than give back to the system.
+   * Ignored with a shared cache.
+   */
+  size_t idle_budget;
+  /**
+   * Hard limit on all memory the allocator takes from the system; 0
+   * means no limit. Honoured with a shared cache too: the allocator's own
+   * limit within the cache's (a session's cap within the sessions'
+   * budget). See [`CachingConfig::max_bytes`] for the rule it serves.
+   */
+  size_t max_bytes;
+  /**
+   * The least memory a thread's region makes usable when it takes a
+   * chunk (its first commit, or heap block); 0, the default, means what
+   * the region's first request needs, in whole pages.
+   */
+  size_t min_block_size;
+  /**
+   * Requests of at least this many bytes get a block of their own; 0
+   * means never.
+   */
+  size_t dedicated_threshold;
+  /**
+   * 1: touch every page of a new block when it is taken from the system;
+   * 0: don't. Any other value is [`TEMPALLOC_ERROR_INVALID_ARGUMENT`].
+   */
+  uint8_t prefault;
+  /**
+   * 1: align reservations (and blocks of a huge page and more) to the
+   * transparent huge page size the kernel reports and ask for huge pages
+   * on them (Linux and Android; 2 MiB at 4 KiB pages); 0: don't. Any
+   * other value is an error.
+   */
+  uint8_t huge_pages;
+  /**
+   * 1: canaries after every buffer and poison on reset, checked by
+   * [`tempalloc_check`] and at every reset (slower); 0: off, the default
+   * in every build of the library. Any other value is an error.
+   */
+  uint8_t debug_checks;
+} tempalloc_config;
 
 /**
  * A snapshot of an allocator's (or a block cache's) counters: the fields of
@@ -218,7 +218,7 @@ typedef struct tempalloc_stats {
  * A checkpoint of a [`tempalloc_allocator`], from [`tempalloc_checkpoint`],
  * consumed by [`tempalloc_rewind`]: the fields of the allocator's own
  * [`Checkpoint`](crate::Checkpoint). Plain data: copying or forging one is
- * harmless (the rewind checks every field against the allocator's books of
+ * harmless (the rewind checks every field against the allocator's records of
  * open checkpoints and refuses what they do not hold).
  */
 typedef struct tempalloc_checkpoint_token {
@@ -355,6 +355,33 @@ extern "C" {
 uint32_t tempalloc_version(void);
 
 /**
+ * Writes the English message for `detail`, with its numbers (the message
+ * a Rust caller sees, "budget exceeded: 134217728 bytes requested while 0
+ * bytes are held, limit is 67108864 bytes"), into `buf`, as `snprintf`
+ * does: at most `len - 1` bytes and a NUL (nothing when `len` is 0 or
+ * `buf` NULL). Returns the message's full length without the NUL, so a
+ * return of `len` or more means it was cut. A NULL `detail` describes
+ * [`TEMPALLOC_ERROR_NULL_ARGUMENT`]; a code without numbers gets
+ * [`tempalloc_error_message`]'s text.
+ *
+ * Thread safety: any thread, any time.
+ *
+ * # Safety
+ *
+ * `detail` is NULL or valid to read; `buf` is NULL or valid for `len`
+ * bytes of writes.
+ */
+size_t tempalloc_error_describe(const struct tempalloc_error_detail *detail, char *buf, size_t len);
+
+/**
+ * A static, NUL-terminated English description of `code` (never NULL, never
+ * to be freed). Unknown codes get "unknown tempalloc error code".
+ *
+ * Thread safety: any thread, any time.
+ */
+const char *tempalloc_error_message(tempalloc_error code);
+
+/**
  * The configuration [`CachingAllocator::new`] uses: no idle budget, no hard
  * limit, first commits sized to the first request (`min_block_size` 0), no
  * dedicated blocks, no prefault, no huge pages, no debug checks (in every
@@ -463,25 +490,6 @@ void *tempalloc_allocate_detailed(const tempalloc_allocator *alloc,
                                   struct tempalloc_error_detail *detail);
 
 /**
- * Writes the English message for `detail`, with its numbers (the message
- * a Rust caller sees, "budget exceeded: 134217728 bytes requested while 0
- * bytes are held, limit is 67108864 bytes"), into `buf`, as `snprintf`
- * does: at most `len - 1` bytes and a NUL (nothing when `len` is 0 or
- * `buf` NULL). Returns the message's full length without the NUL, so a
- * return of `len` or more means it was cut. A NULL `detail` describes
- * [`TEMPALLOC_ERROR_NULL_ARGUMENT`]; a code without numbers gets
- * [`tempalloc_error_message`]'s text.
- *
- * Thread safety: any thread, any time.
- *
- * # Safety
- *
- * `detail` is NULL or valid to read; `buf` is NULL or valid for `len`
- * bytes of writes.
- */
-size_t tempalloc_error_describe(const struct tempalloc_error_detail *detail, char *buf, size_t len);
-
-/**
  * Recycles everything `alloc` handed out since the last reset: every such
  * pointer becomes invalid. Keeps the blocks for the next inference.
  * Returns [`TEMPALLOC_OK`], or [`TEMPALLOC_ERROR_NULL_ARGUMENT`] for NULL.
@@ -523,6 +531,68 @@ tempalloc_error tempalloc_release(tempalloc_allocator *alloc);
  */
 tempalloc_error tempalloc_allocator_stats(const tempalloc_allocator *alloc,
                                           struct tempalloc_stats *out);
+
+/**
+ * Takes a checkpoint of `alloc` into `*out`: a later [`tempalloc_rewind`]
+ * with it recycles everything allocated after this call and keeps what
+ * came before (per-kernel recycling inside an inference). Checkpoints nest;
+ * rewinding to one consumes it and every checkpoint taken after it. A reset
+ * or release consumes them all. Makes no system allocation up to 8 open
+ * checkpoints. Returns [`TEMPALLOC_OK`], [`TEMPALLOC_ERROR_NULL_ARGUMENT`], or
+ * [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the records of open checkpoints must
+ * grow and the system has no memory (then `*out` is untouched and no
+ * checkpoint is taken).
+ *
+ * Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`]:
+ * take it between kernels, not while workers allocate.
+ *
+ * # Safety
+ *
+ * `alloc` is NULL or a live handle, used by no other thread during the
+ * call; `out` is NULL or valid for a write.
+ */
+tempalloc_error tempalloc_checkpoint(tempalloc_allocator *alloc,
+                                     struct tempalloc_checkpoint_token *out);
+
+/**
+ * Recycles everything `alloc` handed out since `checkpoint` was taken:
+ * those pointers become invalid, earlier ones stay valid. Consumes
+ * `checkpoint` and every checkpoint taken after it. Returns
+ * [`TEMPALLOC_OK`], or, and then nothing changes:
+ * [`TEMPALLOC_ERROR_FOREIGN_CHECKPOINT`] when the checkpoint belongs to
+ * another allocator; [`TEMPALLOC_ERROR_STALE_CHECKPOINT`] when a reset or
+ * release consumed it; [`TEMPALLOC_ERROR_CHECKPOINT_CLOSED`] when a rewind
+ * to it or to an earlier checkpoint did. The checks come in that order; a
+ * made-up token is refused by one of them unless its four fields are
+ * exactly those of an open checkpoint. [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
+ * for NULL.
+ *
+ * Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`].
+ *
+ * # Safety
+ *
+ * `alloc` is NULL or a live handle, used by no other thread during the
+ * call. `checkpoint` may be any value.
+ */
+tempalloc_error tempalloc_rewind(tempalloc_allocator *alloc,
+                                 struct tempalloc_checkpoint_token checkpoint);
+
+/**
+ * Checks every buffer `alloc` handed out since the last reset for a write
+ * past its end, when the allocator was made with `debug_checks` = 1.
+ * Returns [`TEMPALLOC_OK`] (always, with the checks off), the first
+ * violation as [`TEMPALLOC_ERROR_CANARY_CORRUPTED`] (also counted in
+ * `tempalloc_stats::canary_violations`), or
+ * [`TEMPALLOC_ERROR_NULL_ARGUMENT`].
+ *
+ * Thread safety: may run concurrently with [`tempalloc_allocate`]; not with
+ * reset, release, rewind or destroy.
+ *
+ * # Safety
+ *
+ * `alloc` is NULL or a live handle.
+ */
+tempalloc_error tempalloc_check(const tempalloc_allocator *alloc);
 
 /**
  * Creates a block cache for several allocators (one per session or model)
@@ -604,76 +674,6 @@ tempalloc_error tempalloc_block_cache_stats(const tempalloc_block_cache *cache,
  * `cache` is NULL or a live handle; `error` is NULL or valid for a write.
  */
 size_t tempalloc_block_cache_idle_bytes(const tempalloc_block_cache *cache, tempalloc_error *error);
-
-/**
- * Takes a checkpoint of `alloc` into `*out`: a later [`tempalloc_rewind`]
- * with it recycles everything allocated after this call and keeps what
- * came before (per-kernel recycling inside an inference). Checkpoints nest;
- * rewinding to one consumes it and every checkpoint taken after it. A reset
- * or release consumes them all. Makes no system allocation up to 8 open
- * checkpoints. Returns [`TEMPALLOC_OK`], [`TEMPALLOC_ERROR_NULL_ARGUMENT`], or
- * [`TEMPALLOC_ERROR_OUT_OF_MEMORY`] when the books of open checkpoints must
- * grow and the system has no memory (then `*out` is untouched and no
- * checkpoint is taken).
- *
- * Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`]:
- * take it between kernels, not while workers allocate.
- *
- * # Safety
- *
- * `alloc` is NULL or a live handle, used by no other thread during the
- * call; `out` is NULL or valid for a write.
- */
-tempalloc_error tempalloc_checkpoint(tempalloc_allocator *alloc,
-                                     struct tempalloc_checkpoint_token *out);
-
-/**
- * Recycles everything `alloc` handed out since `checkpoint` was taken:
- * those pointers become invalid, earlier ones stay valid. Consumes
- * `checkpoint` and every checkpoint taken after it. Returns
- * [`TEMPALLOC_OK`], or, and then nothing changes:
- * [`TEMPALLOC_ERROR_FOREIGN_CHECKPOINT`] when the checkpoint belongs to
- * another allocator; [`TEMPALLOC_ERROR_STALE_CHECKPOINT`] when a reset or
- * release consumed it; [`TEMPALLOC_ERROR_CHECKPOINT_CLOSED`] when a rewind
- * to it or to an earlier checkpoint did. The checks come in that order; a
- * made-up token is refused by one of them unless its four fields are
- * exactly those of an open checkpoint. [`TEMPALLOC_ERROR_NULL_ARGUMENT`]
- * for NULL.
- *
- * Thread safety: needs exclusive use of `alloc`, like [`tempalloc_reset`].
- *
- * # Safety
- *
- * `alloc` is NULL or a live handle, used by no other thread during the
- * call. `checkpoint` may be any value.
- */
-tempalloc_error tempalloc_rewind(tempalloc_allocator *alloc,
-                                 struct tempalloc_checkpoint_token checkpoint);
-
-/**
- * Checks every buffer `alloc` handed out since the last reset for a write
- * past its end, when the allocator was made with `debug_checks` = 1.
- * Returns [`TEMPALLOC_OK`] (always, with the checks off), the first
- * violation as [`TEMPALLOC_ERROR_CANARY_CORRUPTED`] (also counted in
- * `tempalloc_stats::canary_violations`), or
- * [`TEMPALLOC_ERROR_NULL_ARGUMENT`].
- *
- * Thread safety: may run concurrently with [`tempalloc_allocate`]; not with
- * reset, release, rewind or destroy.
- *
- * # Safety
- *
- * `alloc` is NULL or a live handle.
- */
-tempalloc_error tempalloc_check(const tempalloc_allocator *alloc);
-
-/**
- * A static, NUL-terminated English description of `code` (never NULL, never
- * to be freed). Unknown codes get "unknown tempalloc error code".
- *
- * Thread safety: any thread, any time.
- */
-const char *tempalloc_error_message(tempalloc_error code);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -25,7 +25,7 @@ done
 # The hot path alone: a request through `KernelContext::allocate_temp` on a
 # warm `CachingAllocator` (and on a `FixedAllocator`) against
 # `bumpalo::Bump::alloc_layout`, a request plus a reset, and the reset alone,
-# per request. Targets (issue 32): within 1.1x of bumpalo (caching), at most
+# per request. Targets: within 1.1x of bumpalo (caching), at most
 # 40 (fixed), 60 (a request and a reset) and 32 (the reset).
 cargo build --release --example hot_path_instructions --quiet
 bin=target/release/examples/hot_path_instructions

@@ -1,4 +1,6 @@
 //! What a kernel sees: [`KernelContext`], and the runtime's per-call helper.
+//! The context as an `allocator_api2` allocator is in `allocator.rs`; the
+//! fast path it inlines, in `fast.rs`.
 
 use core::alloc::Layout;
 use core::fmt;
@@ -6,12 +8,16 @@ use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
 
-use allocator_api2::alloc::{AllocError, Allocator};
 use bytemuck::Zeroable;
 
 use crate::failure::{FailureSlot, NoteSlot};
 use crate::temp::sealed::FastPath;
-use crate::{Error, FixedAllocator, TempAllocator};
+use crate::{Error, TempAllocator};
+
+mod allocator;
+mod fast;
+
+use fast::Fast;
 
 /// The context a runtime hands a kernel on every execute call: a temp
 /// allocator (or none) and the kernel's failure state.
@@ -107,68 +113,6 @@ pub struct KernelContext<'a> {
     noted: NoteSlot,
     /// Acts as the `&'a dyn TempAllocator` it stands for.
     _temp: PhantomData<&'a dyn TempAllocator>,
-}
-
-/// The allocator behind a context when the context inlines its fast path
-/// (its `TempAllocator::fast_path` said which), so that a request makes no
-/// call; else both `None`, and requests go through `dyn`. Two options, not
-/// an enum: the test of the pointer is the test of the kind, one
-/// instruction fewer than a tag's.
-#[derive(Clone, Copy)]
-struct Fast<'a> {
-    #[cfg(feature = "std")]
-    caching: Option<NonNull<crate::CachingAllocator>>,
-    fixed: Option<NonNull<FixedAllocator<'a>>>,
-}
-
-impl<'a> Fast<'a> {
-    /// Requests through `dyn`.
-    const OTHER: Self = Fast {
-        #[cfg(feature = "std")]
-        caching: None,
-        fixed: None,
-    };
-
-    #[cfg(feature = "std")]
-    fn caching(caching: NonNull<crate::CachingAllocator>) -> Self {
-        let mut fast = Self::OTHER;
-        fast.caching = Some(caching);
-        fast
-    }
-
-    fn fixed(fixed: NonNull<FixedAllocator<'a>>) -> Self {
-        let mut fast = Self::OTHER;
-        fast.fixed = Some(fixed);
-        fast
-    }
-
-    /// The allocator's fast path for `size` bytes at `align`, where
-    /// `aligns` (`align` is 0 or a power of two); `None` where it does not
-    /// serve them, or there is none.
-    ///
-    /// Only while a method of the context that holds `self` runs.
-    #[inline(always)]
-    fn serve(self, size: usize, align: usize, aligns: bool) -> Option<NonNull<[u8]>> {
-        #[cfg(feature = "std")]
-        if let Some(caching) = self.caching {
-            if !aligns {
-                return None;
-            }
-            // SAFETY: the allocator behind the context's `temp` (see
-            // `from_ref` and `from_ptr`), live and used by nothing
-            // exclusively while a method of the context runs; `align` is 0
-            // or a power of two.
-            return unsafe { caching.as_ref().fast(size, align) };
-        }
-        if let Some(fixed) = self.fixed {
-            if !aligns {
-                return None;
-            }
-            // SAFETY: as above.
-            return unsafe { fixed.as_ref().fast(size, align) };
-        }
-        None
-    }
 }
 
 // SAFETY: the context is a `&'a dyn TempAllocator` (which is `Send` and
@@ -540,8 +484,8 @@ impl<'a> KernelContext<'a> {
         Ok(unsafe { assume_init(dst) })
     }
 
-    /// The fold every runtime entry point does: a failure recorded with
-    /// [`fail`](Self::fail) wins; else an `Ok` stays `Ok` (a refusal the
+    /// What every runtime entry point does with the kernel's result: a
+    /// failure recorded with [`fail`](Self::fail) wins; else an `Ok` stays `Ok` (a refusal the
     /// kernel handled is not a failure), and an `Err` takes the numbers of
     /// the last refusal noted through the `Allocator` trait, whose
     /// `AllocError` could not carry them.
@@ -627,140 +571,6 @@ impl fmt::Debug for KernelContext<'_> {
             .field("has_temp", &self.temp.is_some())
             .field("failure", &self.failure())
             .finish()
-    }
-}
-
-/// A context is an [`allocator_api2`] allocator, so kernels can build
-/// collections in scratch ([`ScratchVec`](crate::ScratchVec), a `hashbrown`
-/// map). `deallocate` does nothing: the reset recycles. A refused request
-/// keeps its error (budget, alignment, out of memory) in the context before
-/// `AllocError` is returned: [`failure`](KernelContext::failure) shows it,
-/// and an `Err` the kernel returns takes it, but a kernel that handles the
-/// refusal and returns `Ok` stays `Ok`.
-///
-/// Which calls abort and which return an error, when the budget runs out:
-/// the collections' own growing calls (`Vec::push`, `extend`, `reserve`,
-/// `hashbrown::HashMap::insert`) call `handle_alloc_error`, which **aborts
-/// the process** (and prints only the size it wanted); their `try_`
-/// calls (`try_reserve`, `HashMap::try_reserve`) return an error, and
-/// [`ScratchVecExt::try_push`](crate::ScratchVecExt::try_push) and
-/// [`try_extend_from_slice`](crate::ScratchVecExt::try_extend_from_slice)
-/// return the recorded [`Error`]. The abort cannot be intercepted on stable
-/// Rust (the `handle_alloc_error` hook is process-wide and unstable), so
-/// where the budget may run out, grow through the `try_` calls; the
-/// recorded error is then the kernel's result.
-///
-/// ```
-/// use tempalloc::{KernelContext, MallocAllocator, ScratchVec};
-///
-/// let temp = MallocAllocator::new();
-/// let ctx = KernelContext::new(&temp);
-/// let mut v = ScratchVec::new_in(&ctx);
-/// v.extend(0..1000u32);
-/// assert_eq!(v.iter().sum::<u32>(), 499_500);
-/// ```
-// SAFETY: memory from `allocate` stays valid for `'a`, which outlives every
-// `&KernelContext<'a>` (the allocator type here) and so every clone of it;
-// `deallocate` keeps it valid too, which the trait allows.
-unsafe impl Allocator for &KernelContext<'_> {
-    #[inline]
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        KernelContext::allocate(self, layout).map_err(|e| {
-            self.note(e);
-            AllocError
-        })
-    }
-
-    #[inline]
-    unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
-
-    #[inline]
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: `Allocator::grow`'s contract, on memory of this context.
-        unsafe { self.regrow(ptr, old, new) }
-    }
-
-    #[inline]
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: `Allocator::shrink`'s contract, on memory of this context.
-        unsafe { self.shrink_with(ptr, old, new, |layout| Allocator::allocate(self, layout)) }
-    }
-}
-
-impl KernelContext<'_> {
-    /// `Allocator::grow` for every handle over this context: the
-    /// allocator's [`TempAllocator::grow`], which keeps the block where it
-    /// is when it can (the newest block of the thread's window), else
-    /// takes a new one and copies. Without it every doubling of a
-    /// `ScratchVec` left the old block behind. A refusal is noted with its
-    /// numbers, as a refused `allocate` is; without an allocator it is
-    /// [`Error::NoTempAllocator`].
-    ///
-    /// # Safety
-    ///
-    /// `Allocator::grow`'s: `ptr` is a live block this context's allocator
-    /// handed out for `old`, given up to this call;
-    /// `new.size() >= old.size()`.
-    #[inline]
-    pub(crate) unsafe fn regrow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        let Some(temp) = self.temp() else {
-            // No allocator handed out `ptr`: as `allocate` without one.
-            self.note(Error::NoTempAllocator);
-            return Err(AllocError);
-        };
-        // SAFETY: the caller's contract is `TempAllocator::grow`'s: the
-        // block is the allocator's, for `old`, live, given up to this call
-        // (so used by nothing else), and `new.size() >= old.size()`.
-        unsafe { temp.grow(ptr, old, new) }.map_err(|e| {
-            self.note(e);
-            AllocError
-        })
-    }
-
-    /// `Allocator::shrink` for every handle over this context: the same
-    /// block when it is aligned for `new` (its tail waits for the reset, as
-    /// any scratch does), else a new one from `alloc` and a copy.
-    ///
-    /// # Safety
-    ///
-    /// `Allocator::shrink`'s: `ptr` is a live block this context's allocator
-    /// handed out for `old`, given up to this call;
-    /// `new.size() <= old.size()`; `alloc` hands out memory of the same
-    /// allocator.
-    #[inline]
-    pub(crate) unsafe fn shrink_with(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-        alloc: impl FnOnce(Layout) -> Result<NonNull<[u8]>, AllocError>,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        debug_assert!(new.size() <= old.size());
-        if ptr.as_ptr().addr() & (new.align() - 1) == 0 {
-            return Ok(NonNull::slice_from_raw_parts(ptr, new.size()));
-        }
-        let to = alloc(new)?;
-        // SAFETY: both blocks hold at least `new.size()` bytes, and they are
-        // distinct live blocks.
-        unsafe {
-            core::ptr::copy_nonoverlapping(ptr.as_ptr(), to.cast::<u8>().as_ptr(), new.size())
-        };
-        Ok(to)
     }
 }
 

@@ -28,7 +28,7 @@ use crate::{Error, Rewind, Stats, TempAllocator};
 /// `Send` and `Sync`, as every `TempAllocator` is, so worker threads may share
 /// a kernel's context: the cursor moves by compare-and-swap, and the window's
 /// request count (and alignment padding, when a request needs some) by
-/// atomic adds (word-sized, so Cortex-M4 has them; 64-bit totals are folded
+/// atomic adds (word-sized, so Cortex-M4 has them; 64-bit totals are flushed
 /// in at reset and rewind, through `&mut`). That costs two locked
 /// instructions a request on one thread; see the `FixedAllocator` section of
 /// `docs/design.md`. Targets without compare-and-swap (Cortex-M0) cannot
@@ -59,11 +59,11 @@ pub struct FixedAllocator<'buf> {
     /// Bytes used from `base`: everything below is handed out (or padding),
     /// everything above is free. Invariant: `cursor <= capacity`.
     cursor: AtomicUsize,
-    /// Requests served since the last reset or rewind (folded into
+    /// Requests served since the last reset or rewind (flushed into
     /// `allocations` then).
     count: AtomicUsize,
     /// Requests served, and bytes requested and no longer live, up to the
-    /// last fold.
+    /// last flush.
     allocations: u64,
     bytes_requested: u64,
     /// Alignment padding below the cursor: the bytes live are `cursor -
@@ -71,7 +71,7 @@ pub struct FixedAllocator<'buf> {
     /// need no padding, and so touch no counter but `count`.
     padding: AtomicUsize,
     /// The most bytes live in the current window, not counting those live now
-    /// (folded in at rewind, reset and `stats`, off the fast path).
+    /// (flushed in at rewind, reset and `stats`, off the fast path).
     window_max: AtomicUsize,
     /// The most bytes live in the window that ended at the last reset.
     last_window_max: usize,
@@ -266,8 +266,8 @@ impl<'buf> FixedAllocator<'buf> {
                 now: self.resets,
             });
         }
-        self.fold_window();
-        self.fold_counts(checkpoint.cursor - checkpoint.padding);
+        self.flush_window();
+        self.flush_counts(checkpoint.cursor - checkpoint.padding);
         *self.cursor.get_mut() = checkpoint.cursor;
         *self.padding.get_mut() = checkpoint.padding;
         Ok(())
@@ -284,17 +284,17 @@ impl<'buf> FixedAllocator<'buf> {
         cursor.saturating_sub(padding)
     }
 
-    /// Folds the bytes live now into the current window's maximum.
+    /// Flushes the bytes live now into the current window's maximum.
     #[inline]
-    fn fold_window(&mut self) {
+    fn flush_window(&mut self) {
         let live = self.live();
         let max = self.window_max.get_mut();
         *max = (*max).max(live);
     }
 
-    /// Folds the window's counters into the totals, down to `keep_live`
+    /// Flushes the window's counters into the totals, down to `keep_live`
     /// live bytes (the caller then moves the cursor and padding there).
-    fn fold_counts(&mut self, keep_live: usize) {
+    fn flush_counts(&mut self, keep_live: usize) {
         // Saturating: a checkpoint taken while other threads allocated may
         // count a padding as live (see `checkpoint`).
         let live = self.live();
@@ -441,8 +441,8 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
     }
 
     fn reset(&mut self) {
-        self.fold_window();
-        self.fold_counts(0);
+        self.flush_window();
+        self.flush_counts(0);
         let window = *self.window_max.get_mut();
         self.last_window_max = window;
         self.high_water = self.high_water.max(window);

@@ -6,16 +6,20 @@
 //! borrow of the frame, so it can be used while the frame runs kernels
 //! ([`Frame::kernel`]) and nested frames ([`Frame::frame`]), each of which is
 //! rewound when it returns.
+//!
+//! A frame's allocator handle for collections, [`FrameAllocator`], is in
+//! `allocator.rs`.
 
-use core::alloc::Layout;
 use core::cell::Cell;
 use core::marker::PhantomData;
 use core::ops::Deref;
 use core::ptr::NonNull;
 
-use allocator_api2::alloc::{AllocError, Allocator};
-
 use crate::{Error, KernelContext, TempAllocator};
+
+mod allocator;
+
+pub use allocator::FrameAllocator;
 
 /// An allocator that can go back to an earlier point of its window, which is
 /// what [`Frame`]s are built on.
@@ -68,12 +72,12 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfMemory`] when the allocator's books of open checkpoints
+    /// [`Error::OutOfMemory`] when the allocator's records of open checkpoints
     /// must grow and the system has no memory for them (a
     /// `CachingAllocator` past 8 nested checkpoints, say); nothing changes
     /// then. [`FixedAllocator`](crate::FixedAllocator),
     /// [`MallocAllocator`](crate::MallocAllocator) and
-    /// [`BumpAllocator`](crate::BumpAllocator) keep no books: always `Ok`.
+    /// [`BumpAllocator`](crate::BumpAllocator) keep no records: always `Ok`.
     fn checkpoint(&self) -> Result<Self::Checkpoint, Error>;
 
     /// Recycles everything handed out since `checkpoint` was taken.
@@ -596,97 +600,6 @@ impl<'f, A: Rewind> Deref for Frame<'f, A> {
     #[inline]
     fn deref(&self) -> &KernelContext<'f> {
         &self.state.ctx
-    }
-}
-
-/// A [`Frame`]'s allocator handle, from [`Frame::allocator`]: an
-/// [`allocator_api2`] allocator whose memory lives for the frame, for
-/// collections that grow between the frame's kernels. It refuses while a
-/// kernel or nested frame runs inside its frame (see
-/// [`Frame::allocator`]). Neither `Send` nor `Sync`: the frame's thread
-/// grows the collection; kernels may still read and write it from their
-/// workers through plain references.
-#[derive(Clone, Copy)]
-pub struct FrameAllocator<'f> {
-    state: &'f FrameState<'f>,
-}
-
-impl FrameAllocator<'_> {
-    /// Refuses (and records why) unless the frame is the innermost scope.
-    #[inline]
-    fn check(&self) -> Result<(), AllocError> {
-        let state = self.state;
-        if state.innermost() {
-            return Ok(());
-        }
-        state.ctx.note(Error::FrameSuspended {
-            depth: state.depth,
-            open: state.open.get(),
-        });
-        Err(AllocError)
-    }
-}
-
-// SAFETY: memory comes from the frame's context, so it is the allocator's,
-// valid until the frame's rewind or reset, which comes after `'f` (and so
-// after every copy of this handle) ends. While a kernel or nested frame runs
-// inside the frame, whose rewind recycles what is taken after its
-// checkpoint, the handle refuses; so everything it hands out was taken at
-// the frame's own level. `deallocate` keeps the memory, which the trait
-// allows.
-unsafe impl Allocator for FrameAllocator<'_> {
-    #[inline]
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.check()?;
-        Allocator::allocate(&&self.state.ctx, layout)
-    }
-
-    #[inline]
-    unsafe fn deallocate(&self, _ptr: NonNull<u8>, _layout: Layout) {}
-
-    #[inline]
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // In place too would pass a running kernel's checkpoint.
-        self.check()?;
-        // SAFETY: `Allocator::grow`'s contract, on memory of the frame's
-        // context.
-        unsafe { (self.state.ctx).regrow(ptr, old, new) }
-    }
-
-    #[inline]
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: `Allocator::shrink`'s contract, on memory of the frame's
-        // context; a new block comes through `allocate`, which checks.
-        unsafe {
-            (self.state.ctx).shrink_with(ptr, old, new, |layout| Allocator::allocate(self, layout))
-        }
-    }
-}
-
-impl core::fmt::Debug for FrameAllocator<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("FrameAllocator")
-            .field("depth", &self.state.depth)
-            .field("open", &self.state.open.get())
-            .finish()
-    }
-}
-
-#[cfg(feature = "alloc")]
-impl crate::scratch_vec::sealed::Recorded for FrameAllocator<'_> {
-    #[inline]
-    fn recorded(&self) -> Option<Error> {
-        self.state.ctx.noted()
     }
 }
 

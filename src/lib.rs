@@ -110,6 +110,32 @@ extern crate alloc;
 #[cfg(all(test, not(feature = "std")))]
 extern crate std;
 
+// The modules, top layer first: each imports only from the ones listed
+// after it (its own submodules aside).
+//
+//   capi         the C ABI over a `CachingAllocator` and a `BlockCache`
+//   testing      failure injection for tests (`test-util`)
+//   any          `AnyTemp`: one of the allocators below, picked at run time
+//   recording    `RecordingAllocator`: any allocator, writing a trace
+//   trace        traces: read, write, generate, replay, plan
+//   caching      `CachingAllocator`: regions, leases, growth, budgets; its
+//                memory (`caching::memory`: chunks, blocks, the block
+//                cache, the ledger); `Plan`, what prewarm commits
+//   bump, malloc the two allocators over `bumpalo` and the system heap
+//   os           pages, reservations, commits, per platform
+//   scratch_vec, mem_stack   collections and faer's stack in scratch
+//   fixed        `FixedAllocator`: a caller's buffer
+//   frame        `Rewind`, `Frame`, `FrameAllocator`
+//   context      `KernelContext`, what a kernel sees, and `with_context`
+//   temp         the `TempAllocator` trait
+//   failure      a context's recorded failure
+//   stats, error `Stats`, `Error`
+//
+// One exception, on purpose: the fast path. `temp`'s sealed `FastPath` and
+// `context/fast.rs` name the two allocators whose fast path a context
+// inlines (`FixedAllocator`, `CachingAllocator`), so that a request makes
+// no call; nothing else reaches up.
+
 // `core` only: what a kernel and a heap-less runtime need.
 mod context;
 mod error;
@@ -139,17 +165,9 @@ pub use scratch_vec::{FrameVec, ScratchVec, ScratchVecExt};
 #[cfg(feature = "std")]
 mod any;
 #[cfg(feature = "std")]
-mod block;
-#[cfg(feature = "std")]
-mod block_cache;
-#[cfg(feature = "std")]
 mod bump;
 #[cfg(feature = "std")]
 mod caching;
-#[cfg(feature = "std")]
-mod chunk;
-#[cfg(feature = "std")]
-mod ledger;
 #[cfg(feature = "std")]
 mod malloc;
 #[cfg(feature = "std")]
@@ -165,11 +183,9 @@ pub mod trace;
 #[cfg(feature = "std")]
 pub use any::{AnyCheckpoint, AnyTemp, DynRewind};
 #[cfg(feature = "std")]
-pub use block_cache::{BlockCache, CacheStats};
-#[cfg(feature = "std")]
 pub use bump::{BumpAllocator, BumpCheckpoint};
 #[cfg(feature = "std")]
-pub use caching::{CachingAllocator, CachingConfig, Checkpoint};
+pub use caching::{BlockCache, CacheStats, CachingAllocator, CachingConfig, Checkpoint};
 #[cfg(feature = "std")]
 pub use malloc::{MallocAllocator, MallocCheckpoint};
 #[cfg(feature = "std")]
@@ -218,7 +234,8 @@ pub use dyn_stack;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// Names removed before the first release stay removed (issue 20):
+/// Names removed before the first release stay removed. One context type
+/// serves every kernel:
 ///
 /// ```compile_fail,E0432
 /// use tempalloc::SyncKernelContext;
@@ -244,7 +261,8 @@ struct RemovedItems;
 
 /// A `BlockCache` evicts idle memory with `evict_idle`: its `trim` (a verb
 /// `CachingAllocator::trim`, which decommits pages, keeps) and
-/// `release_all` (`evict_idle(0)`) are gone (issue 20):
+/// `release_all` (`evict_idle(0)`) are gone, so that one verb means one
+/// thing:
 ///
 /// ```compile_fail,E0599
 /// let cache = tempalloc::BlockCache::with_idle_budget(0);

@@ -79,6 +79,13 @@ impl sealed::Recorded for &KernelContext<'_> {
     }
 }
 
+impl sealed::Recorded for FrameAllocator<'_> {
+    #[inline]
+    fn recorded(&self) -> Option<Error> {
+        self.noted()
+    }
+}
+
 /// The growing calls of a [`ScratchVec`] or [`FrameVec`] that return an
 /// [`Error`] (the one the context or frame recorded, with its numbers)
 /// where `push` and `extend_from_slice` abort the process.

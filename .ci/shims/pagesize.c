@@ -1,5 +1,5 @@
 /*
- * LD_PRELOAD shims for .ci/platforms.sh (issue 18): the page size seen by
+ * LD_PRELOAD shims for .ci/platforms.sh: the page size seen by
  * the calls tempalloc makes, on a 4 KiB-page Linux kernel.
  *
  * Built twice from this file (gcc -shared -fPIC -ldl):

@@ -7,7 +7,7 @@ The JSON files are checked in: they are what `flatc --binary` turns into
 so a change to a program is a change here; `--check` fails when the files
 differ from what it writes (build.sh runs it).
 
-Rules of the 1.5.1 emitter the runtime checks (issue 21):
+Rules of the 1.5.1 emitter the runtime checks:
 - a `constant_segment { segment_index: 0, offsets: [0] }`, even with no
   constants (else "relies on the constant_buffer path, which is disabled");
 - every kernel call's args end with its return value: the out tensor again,

@@ -6,7 +6,7 @@ use core::alloc::Layout;
 use core::ptr::{self, NonNull};
 
 use super::region::{FREE, Leased, Mark};
-use super::{CachingAllocator, Shared, regions};
+use super::{CachingAllocator, LockedState, regions};
 use crate::frame::run_frame;
 use crate::{Error, Frame, Rewind};
 
@@ -41,7 +41,7 @@ pub struct Checkpoint {
 /// A checkpoint as plain data, the fields of the C API's
 /// `tempalloc_checkpoint_token`: C holds that by value, and gives it back to
 /// be made a [`Checkpoint`] again. Any value is harmless: the rewind checks
-/// all four fields against the allocator's books, and a value that passes is
+/// all four fields against the allocator's records, and a value that passes is
 /// the checkpoint it names.
 #[cfg(feature = "capi")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub(crate) const NESTED_CHECKPOINTS: usize = 8;
 #[derive(Debug)]
 pub(super) struct Open {
     serial: u64,
-    /// Where its marks start in `Shared::marks`.
+    /// Where its marks start in `LockedState::marks`.
     marks: usize,
     /// Dedicated chunks then.
     dedicated: usize,
@@ -149,17 +149,17 @@ impl CachingAllocator {
     /// # Errors
     ///
     /// [`Error::OutOfMemory`] when there is no memory for the checkpoint's
-    /// books (more nested checkpoints or regions than were made room for);
+    /// records (more nested checkpoints or regions than were made room for);
     /// nothing changes then.
     pub fn checkpoint(&self) -> Result<Checkpoint, Error> {
         self.no_short_reset();
-        let mut shared = self.lock();
-        let Shared {
+        let mut state = self.lock();
+        let LockedState {
             regions,
             open,
             marks,
             ..
-        } = &mut *shared;
+        } = &mut *state;
         open.try_reserve(1)
             .map_err(|_| Error::out_of_memory(Layout::new::<Open>()))?;
         let oom = Error::OutOfMemory {
@@ -169,16 +169,16 @@ impl CachingAllocator {
         marks.try_reserve(regions.len()).map_err(|_| oom)?;
         let at = marks.len();
         marks.extend(super::regions(regions).filter_map(|r| r.mark()));
-        let serial = shared.next_serial;
-        shared.next_serial += 1;
-        let depth = shared.open.len();
+        let serial = state.next_serial;
+        state.next_serial += 1;
+        let depth = state.open.len();
         let open = Open {
             serial,
             marks: at,
-            dedicated: shared.dedicated.len(),
-            canaries: shared.debug.len(),
+            dedicated: state.dedicated.len(),
+            canaries: state.debug.len(),
         };
-        shared.open.push(open);
+        state.open.push(open);
         Ok(Checkpoint {
             allocator: self.id,
             resets: self.totals.resets,
@@ -219,29 +219,29 @@ impl CachingAllocator {
     /// [`Error::CheckpointClosed`] when a rewind to an earlier checkpoint
     /// already released it.
     pub fn rewind(&mut self, checkpoint: Checkpoint) -> Result<(), Error> {
-        let (mut shared, books) = super::exclusive(&mut self.core, self.reachable);
-        let shared = &mut *shared;
-        let open = check(self.id, self.totals.resets, shared, &checkpoint)?;
+        let (mut state, account) = super::exclusive(&mut self.core, self.reachable);
+        let state = &mut *state;
+        let open = check(self.id, self.totals.resets, state, &checkpoint)?;
         let (from, dedicated, canaries) = (open.marks, open.dedicated, open.canaries);
         // The marks taken at this checkpoint: up to the next one's.
-        let to = shared
+        let to = state
             .open
             .get(checkpoint.depth + 1)
-            .map_or(shared.marks.len(), |next| next.marks);
+            .map_or(state.marks.len(), |next| next.marks);
         if self.config.debug_checks {
             // Before any chunk goes back: the memory is still ours to poison.
-            self.totals.canary_violations += shared.debug.recycle(canaries);
+            self.totals.canary_violations += state.debug.recycle(canaries);
         }
-        let mut live = shared.dedicated_live();
+        let mut live = state.dedicated_live();
         // The new window first, as at a reset.
         self.window.next();
-        let (mine, me) = super::lease::mine(self.id);
-        for region in regions(&shared.regions) {
-            let mark = shared.marks[from..to]
+        let (last, thread) = super::lease::last_lease(self.id);
+        for region in regions(&state.regions) {
+            let mark = state.marks[from..to]
                 .iter()
                 .find(|m| ptr::eq(m.region, region));
-            let next = if mine == Some(NonNull::from(region)) {
-                me
+            let next = if last == Some(NonNull::from(region)) {
+                thread
             } else {
                 FREE
             };
@@ -250,14 +250,14 @@ impl CachingAllocator {
             // make one, and this is its one guard.
             live += unsafe { Leased::new(region) }.rewind(mark, next, &mut self.totals);
         }
-        shared.window_high = shared.window_high.max(live);
-        shared.marks.truncate(from);
-        shared.open.truncate(checkpoint.depth);
-        shared.free_dedicated(dedicated, books);
+        state.window_high = state.window_high.max(live);
+        state.marks.truncate(from);
+        state.open.truncate(checkpoint.depth);
+        state.free_dedicated(dedicated, account);
         // The calling thread keeps its region if it leases it (a region with
         // a mark keeps its leaseholder, whoever that is).
-        if let Some(mine) = mine.filter(|m| super::deref(m).lease(me)) {
-            super::lease::remember(self.window.current, self.id, mine);
+        if let Some(last) = last.filter(|m| super::deref(m).lease(thread)) {
+            super::lease::record(self.window.current, self.id, last);
         }
         Ok(())
     }
@@ -268,7 +268,7 @@ impl CachingAllocator {
 fn check<'s>(
     allocator: u64,
     now: u64,
-    shared: &'s Shared,
+    state: &'s LockedState,
     checkpoint: &Checkpoint,
 ) -> Result<&'s Open, Error> {
     if checkpoint.allocator != allocator {
@@ -280,11 +280,11 @@ fn check<'s>(
             now,
         });
     }
-    match shared.open.get(checkpoint.depth) {
+    match state.open.get(checkpoint.depth) {
         Some(open) if open.serial == checkpoint.serial => Ok(open),
         _ => Err(Error::CheckpointClosed {
             depth: checkpoint.depth,
-            open: shared.open.len(),
+            open: state.open.len(),
         }),
     }
 }

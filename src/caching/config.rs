@@ -1,6 +1,6 @@
 //! [`CachingConfig`]: the knobs of a [`CachingAllocator`](crate::CachingAllocator).
 
-use crate::block::BlockOptions;
+use super::memory::block::BlockOptions;
 use crate::os::region_reserve;
 
 /// How a [`CachingAllocator`](crate::CachingAllocator) sizes, limits and
@@ -198,7 +198,7 @@ impl CachingConfig {
     /// `tests/all/work.rs`'s 427 KB window at 8 workers). Without a limit
     /// only: under [`max_bytes`](Self::max_bytes()) each thread grows its
     /// own region. On reservations only: a region on heap blocks (see
-    /// [`reserve`](Self::reserve())) chains them and settles to one block at
+    /// [`reserve`](Self::reserve())) chains them and keeps one block at
     /// a reset, which moving on would undo every window. `None` (the default): a region grows to what its thread
     /// uses, which suits threads whose shares stay the same.
     ///

@@ -1,38 +1,39 @@
 //! How a region grows — in place, into a chunk a rewind left, or into a new
-//! chunk — and the one budget rule.
+//! chunk — the one budget rule, and [`prewarm`](CachingAllocator::prewarm),
+//! which grows regions ahead to a recorded run's plan.
 
 use core::alloc::Layout;
 
 use std::sync::{MutexGuard, TryLockError};
 
-use super::books::{Books, chunk_size};
-use super::region::{FREE, Leased, RECLAIMING, Region, before_next};
-use super::{CachingAllocator, CachingConfig, Core, Shared};
+use super::account::{Account, chunk_size};
+use super::memory::block_cache::{ChunkOptions, Reclaim};
+use super::memory::chunk::Chunk;
+use super::region::{FREE, Leased, RECLAIMING, Region, used_before_next};
+use super::{CachingAllocator, CachingConfig, Core, LockedState, Plan, deref, exclusive};
 use crate::Error;
-use crate::block_cache::{ChunkOptions, Reclaim};
-use crate::chunk::Chunk;
 use crate::os::page_size;
 
-/// What one request needs of its region, reckoned once: for growing, and
+/// What one request needs of its region, worked out once: for growing, and
 /// for the budget rule's question of what growing can cost.
 pub(super) struct Need {
     layout: Layout,
     /// Bytes a chunk must make usable from its start to serve the request:
     /// chunks start page-aligned, so only alignment above a page pads.
-    bytes: usize,
+    usable: usize,
     /// Where the request ends in the current chunk, if that is a
     /// reservation that can hold it: the region grows in place.
-    end: Option<usize>,
+    end_in_place: Option<usize>,
     /// What a new chunk should hold: the region's peak, its doubled heap
     /// block, the configured least.
-    want: usize,
+    target: usize,
     /// The least growing can cost against a limit: the pages to commit in
     /// place, or a new chunk's pages (a reservation) or size class (a heap
     /// block).
-    least: usize,
+    least_cost: usize,
     /// Nothing in use in the region: a move gives its chunks back, so under
     /// a limit its memory counts as room.
-    fresh: bool,
+    unused: bool,
 }
 
 /// What a region that must reach `need` bytes in place commits: 12.5% more
@@ -46,20 +47,20 @@ impl Need {
     /// Whether the region grows in place (commits more of its reservation)
     /// to serve it, rather than moving to another chunk.
     pub(super) fn in_place(&self) -> bool {
-        self.end.is_some()
+        self.end_in_place.is_some()
     }
 }
 
 impl Leased<'_> {
     /// What `layout` needs of this region now.
     pub(super) fn need(&mut self, layout: Layout, config: &CachingConfig) -> Need {
-        let (hot, cold) = self.cold();
-        let (current, cursor) = hot.position();
-        let fresh = current == 0 && cursor == 0;
+        let (bump, list) = self.parts();
+        let (current, cursor) = bump.position();
+        let unused = current == 0 && cursor == 0;
         // No overflow: `Layout` keeps `size + align` within `isize::MAX`.
         let bytes = layout.size() + layout.align().saturating_sub(page_size());
         let (mut end, mut in_place, mut double) = (None, 0, 0);
-        match cold.chunks.get(current) {
+        match list.chunks.get(current) {
             Some(Chunk::Mapped(m)) => {
                 let pad = m.base().as_ptr().addr().wrapping_add(cursor).wrapping_neg()
                     & (layout.align() - 1);
@@ -68,17 +69,17 @@ impl Leased<'_> {
                 in_place = end.map_or(0, |end| end.next_multiple_of(page_size()) - m.committed());
             }
             // A heap region that fills doubles, so a window chains few blocks.
-            Some(Chunk::Heap(b)) if !fresh => double = 2 * b.size(),
+            Some(Chunk::Heap(b)) if !unused => double = 2 * b.size(),
             _ => {}
         }
         let new_chunk = || chunk_size(bytes, config.reserve.is_some()).unwrap_or(usize::MAX);
         Need {
             layout,
-            bytes,
-            end,
-            want: bytes.max(config.min_block_size).max(cold.peak).max(double),
-            least: if end.is_some() { in_place } else { new_chunk() },
-            fresh,
+            usable: bytes,
+            end_in_place: end,
+            target: bytes.max(config.min_block_size).max(list.peak).max(double),
+            least_cost: if end.is_some() { in_place } else { new_chunk() },
+            unused,
         }
     }
 
@@ -89,41 +90,43 @@ impl Leased<'_> {
     /// passed over, not an error.
     pub(super) fn grow(
         &mut self,
-        books: &Books,
+        account: &Account,
         config: &CachingConfig,
         need: &Need,
     ) -> Result<(), Error> {
-        let (hot, cold) = self.cold();
-        let (current, _) = hot.position();
+        let (bump, list) = self.parts();
+        let (current, _) = bump.position();
         let layout = need.layout;
-        if let (Some(end), Some(Chunk::Mapped(m))) = (need.end, cold.chunks.get_mut(current)) {
-            if books.commit(
+        if let (Some(end), Some(Chunk::Mapped(m))) =
+            (need.end_in_place, list.chunks.get_mut(current))
+        {
+            if account.commit(
                 m,
                 end,
                 growth(m.committed(), end).max(config.region_cap.unwrap_or(0)),
                 config.prefaults(),
                 layout,
             )? {
-                hot.set_limit(m.committed());
-                hot.sync_held(cold);
+                bump.set_limit(m.committed());
+                bump.sync_held(list);
                 return Ok(());
             }
         }
-        cold.chunks
+        list.chunks
             .try_reserve(1)
             .map_err(|_| Error::out_of_memory(layout))?;
-        let next = if need.fresh { 0 } else { current + 1 };
-        match (next..cold.chunks.len()).find(|&i| cold.chunks[i].usable() >= need.bytes) {
-            Some(i) => cold.chunks.swap(next, i),
+        let next = if need.unused { 0 } else { current + 1 };
+        match (next..list.chunks.len()).find(|&i| list.chunks[i].usable() >= need.usable) {
+            Some(i) => list.chunks.swap(next, i),
             None => {
                 // A reservation four times what the window uses, so a region
                 // that outgrew one moves rarely; never past a limit.
-                let used = before_next(hot, layout) + need.bytes;
-                let limits = books
+                let used = used_before_next(bump, layout) + need.usable;
+                let limits = account
                     .ledger
                     .limit()
                     .into_iter()
-                    .chain(books.cache.max_bytes())
+                    .chain(account.cache.max_bytes())
                     .min();
                 let reserve = config.reserve.map(|bytes| {
                     let bytes = bytes.max(used.saturating_mul(4));
@@ -135,56 +138,108 @@ impl Leased<'_> {
                     most: usize::MAX,
                     ahead: true,
                 };
-                cold.chunks
-                    .insert(next, books.take(need.bytes, need.want, options, layout)?);
-                if need.fresh {
+                list.chunks.insert(
+                    next,
+                    account.take(need.usable, need.target, options, layout)?,
+                );
+                if need.unused {
                     // Nothing in use and nothing that served: start over.
-                    books.give_back_all(&mut cold.chunks, 1);
+                    account.give_back_all(&mut list.chunks, 1);
                 }
             }
         }
-        let before = if next == 0 {
+        let used_before = if next == 0 {
             0
         } else {
-            before_next(hot, layout)
+            used_before_next(bump, layout)
         };
-        hot.install(cold.chunks.get(next), next, 0, before);
-        hot.sync_held(cold);
+        bump.install(list.chunks.get(next), next, 0, used_before);
+        bump.sync_held(list);
         Ok(())
     }
 }
 
 impl CachingAllocator {
+    /// Commits at load time what a recorded run's regions held
+    /// ([`Plan::regions`](crate::trace::Plan::regions), from
+    /// [`Trace::plan`](crate::trace::Trace::plan)), touching every page if
+    /// the config [prefaults](CachingConfig::prefault): the first inference
+    /// then makes no system call and, with prefault, takes no page fault in
+    /// the allocator. The regions are FREE; threads lease them in the order
+    /// they first allocate, the largest first, so the plan serves a run
+    /// whose threads first allocate busiest first (a runtime's main thread,
+    /// then its workers); a run in another order may still grow, and so may
+    /// a run with the debug checks on (the plan holds no canaries). A phone
+    /// app pays this at launch instead of on the first request.
+    ///
+    /// ```
+    /// use tempalloc::trace::Plan;
+    /// use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
+    ///
+    /// let config = CachingConfig::default().prefault(true).debug_checks(false);
+    /// let mut temp = CachingAllocator::with_config(config);
+    /// temp.prewarm(&Plan::from_regions([1 << 20]))?;
+    /// let before = temp.stats().system_allocations;
+    /// KernelContext::new(&temp).scratch::<u8>(1 << 20)?; // the first inference
+    /// assert_eq!(temp.stats().system_allocations, before);
+    /// # Ok::<(), tempalloc::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// What taking memory fails with ([`Error::BudgetExceeded`] past a
+    /// limit, [`Error::OutOfMemory`]); what was committed before stays.
+    pub fn prewarm(&mut self, plan: &Plan) -> Result<(), Error> {
+        self.no_short_reset();
+        let (mut state, account) = exclusive(&mut self.core, self.reachable);
+        for (i, &bytes) in plan.regions().iter().enumerate() {
+            let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
+            if state.regions.len() == i {
+                let oom = Error::out_of_memory(layout);
+                state.regions.try_reserve(1).map_err(|_| oom)?;
+                state.regions.push(Region::try_new(FREE).ok_or(oom)?);
+            }
+            // SAFETY: `&mut self`: no thread holds a guard of the region or
+            // can make one, and this is its one guard.
+            let mut region = unsafe { Leased::new(deref(&state.regions[i])) };
+            if bytes > region.held() {
+                let need = region.need(layout, &self.config);
+                region.grow(account, &self.config, &need)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Makes room for `layout` in `region`, under the one budget rule: when
     /// growing would pass a limit, and the memory of this allocator's FREE
     /// regions (and of `region` itself, if nothing in it is in use: it is
     /// moving) plus the cache's idle bytes would make room, that memory is
     /// given back (largest first) and growing is tried once more; otherwise
-    /// the request is [`Error::BudgetExceeded`]. `shared` is the lock's
+    /// the request is [`Error::BudgetExceeded`]. `state` is the lock's
     /// guard if the caller holds it.
     pub(super) fn grow(
         &self,
         region: &mut Leased,
         layout: Layout,
-        shared: Option<&mut Shared>,
+        state: Option<&mut LockedState>,
     ) -> Result<(), Error> {
         // The region may gain a chunk.
         self.no_short_reset();
         let need = region.need(layout, &self.config);
-        let grown = region.grow(self.books(), &self.config, &need);
+        let grown = region.grow(self.account(), &self.config, &need);
         let Err(Error::BudgetExceeded { .. }) = grown else {
             return grown;
         };
-        let own = (need.fresh && need.end.is_none()).then_some(&mut *region);
-        let made = match shared {
-            Some(shared) => self.make_room(shared, need.least, own),
-            None => self.make_room(&mut self.lock(), need.least, own),
+        let own = (need.unused && need.end_in_place.is_none()).then_some(&mut *region);
+        let made = match state {
+            Some(state) => self.make_room(state, need.least_cost, own),
+            None => self.make_room(&mut self.lock(), need.least_cost, own),
         };
         if !made {
             return grown;
         }
         let need = region.need(layout, &self.config);
-        region.grow(self.books(), &self.config, &need)
+        region.grow(self.account(), &self.config, &need)
     }
 
     /// Gives back the memory of `own` (the caller's region, with nothing in
@@ -193,10 +248,10 @@ impl CachingAllocator {
     /// not, so a probe that cannot fit strips nothing.
     #[cold]
     #[inline(never)]
-    fn make_room(&self, shared: &mut Shared, least: usize, own: Option<&mut Leased>) -> bool {
-        let (books, cache) = (self.books(), &self.books().cache);
+    fn make_room(&self, state: &mut LockedState, least: usize, own: Option<&mut Leased>) -> bool {
+        let (account, cache) = (self.account(), &self.account().cache);
         let room = || {
-            let own = books.ledger.room();
+            let own = account.ledger.room();
             let idle = cache.idle_bytes();
             let common = cache
                 .max_bytes()
@@ -204,30 +259,30 @@ impl CachingAllocator {
             own.min(common)
         };
         let free =
-            || super::regions(&shared.regions).filter(|r| r.is_leased_to(FREE) && r.held() != 0);
+            || super::regions(&state.regions).filter(|r| r.is_leased_to(FREE) && r.held() != 0);
         let reclaimable =
             free().map(Region::held).sum::<usize>() + own.as_ref().map_or(0, |r| r.held());
         if reclaimable == 0 || room().saturating_add(reclaimable) < least {
             return false;
         }
         if let Some(own) = own {
-            // Nothing in it is in use (the caller's `Need::fresh`).
-            own.shed(books, None);
+            // Nothing in it is in use (the caller's `Need::unused`).
+            own.give_back(account, None);
         }
-        for _ in 0..shared.regions.len() {
+        for _ in 0..state.regions.len() {
             let Some(largest) = free().max_by_key(|r| r.held()).filter(|_| room() < least) else {
                 break;
             };
-            shed_free(largest, books, 0);
+            give_back_free(largest, account, 0);
         }
         true
     }
 }
 
 /// Gives back the memory of `region`, FREE, down to `keep` bytes (see
-/// [`Leased::shed`]), unless a thread leases it first, lock-free; returns
+/// [`Leased::give_back`]), unless a thread leases it first, lock-free; returns
 /// the bytes given back. The caller holds the allocator's lock.
-fn shed_free(region: &Region, books: &Books, keep: usize) -> usize {
+fn give_back_free(region: &Region, account: &Account, keep: usize) -> usize {
     // A thread may lease it meanwhile, lock-free: then it is not ours.
     if !region.lease(RECLAIMING) {
         return 0;
@@ -236,10 +291,10 @@ fn shed_free(region: &Region, books: &Books, keep: usize) -> usize {
     // RECLAIMING: reclaimers hold the allocator's lock and unlease), so no
     // thread leases the region, and this is its one guard.
     let mut reclaimed = unsafe { Leased::new(region) };
-    let before = reclaimed.held();
+    let held = reclaimed.held();
     // A FREE region's cursor is 0: nothing in it is in use.
-    reclaimed.shed(books, Some(keep));
-    let given = before - reclaimed.held();
+    reclaimed.give_back(account, Some(keep));
+    let given = held - reclaimed.held();
     reclaimed.unlease(FREE);
     given
 }
@@ -247,10 +302,10 @@ fn shed_free(region: &Region, books: &Books, keep: usize) -> usize {
 impl Core {
     /// The FREE regions with memory, and the lock's state, unless another
     /// thread holds the lock.
-    fn idle(&self) -> Option<MutexGuard<'_, Shared>> {
-        match self.shared.try_lock() {
-            Ok(shared) => Some(shared),
-            Err(TryLockError::Poisoned(shared)) => Some(shared.into_inner()),
+    fn idle(&self) -> Option<MutexGuard<'_, LockedState>> {
+        match self.state.try_lock() {
+            Ok(state) => Some(state),
+            Err(TryLockError::Poisoned(state)) => Some(state.into_inner()),
             Err(TryLockError::WouldBlock) => None,
         }
     }
@@ -261,29 +316,29 @@ impl Core {
 /// floor, while its lock is free.
 impl Reclaim for Core {
     fn reclaimable(&self) -> usize {
-        let Some(shared) = self.idle() else {
+        let Some(state) = self.idle() else {
             return 0;
         };
-        let free = super::regions(&shared.regions).filter(|r| r.is_leased_to(FREE));
+        let free = super::regions(&state.regions).filter(|r| r.is_leased_to(FREE));
         let free = free.map(Region::held).sum::<usize>();
-        free.min(self.books.ledger.held().saturating_sub(self.floor))
+        free.min(self.account.ledger.held().saturating_sub(self.floor))
     }
 
     fn reclaim(&self, bytes: usize) -> usize {
-        let Some(shared) = self.idle() else {
+        let Some(state) = self.idle() else {
             return 0;
         };
         let mut given = 0;
-        for _ in 0..shared.regions.len() {
-            let above = self.books.ledger.held().saturating_sub(self.floor);
-            let largest = super::regions(&shared.regions)
+        for _ in 0..state.regions.len() {
+            let above = self.account.ledger.held().saturating_sub(self.floor);
+            let largest = super::regions(&state.regions)
                 .filter(|r| r.is_leased_to(FREE) && r.held() != 0)
                 .max_by_key(|r| r.held());
             let Some(largest) = largest.filter(|_| given < bytes && above > 0) else {
                 break;
             };
             let take = (bytes - given).min(above);
-            given += shed_free(largest, &self.books, largest.held().saturating_sub(take));
+            given += give_back_free(largest, &self.account, largest.held().saturating_sub(take));
         }
         given
     }

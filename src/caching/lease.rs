@@ -76,8 +76,8 @@ thread_local! {
 
 /// The window token the calling thread last leased a region under, and
 /// the region. If the token is an allocator's current one, the region is
-/// that allocator's (tokens are never reused; only [`remember`] and
-/// [`renew`] store one, with a region of the allocator that issued it) and
+/// that allocator's (tokens are never reused; only [`record`] and
+/// [`carry_over`] store one, with a region of the allocator that issued it) and
 /// the thread holds its lease.
 #[inline(always)]
 pub(super) fn leased() -> (u64, *const Region) {
@@ -88,7 +88,7 @@ pub(super) fn leased() -> (u64, *const Region) {
 /// `allocator`, in any window (where its slow path looks first), and the
 /// thread's serial.
 #[inline]
-pub(super) fn mine(allocator: u64) -> (Option<NonNull<Region>>, u64) {
+pub(super) fn last_lease(allocator: u64) -> (Option<NonNull<Region>>, u64) {
     THREAD.with(|t| {
         let (id, mut serial) = t.ids.get();
         if serial == 0 {
@@ -106,7 +106,7 @@ pub(super) fn mine(allocator: u64) -> (Option<NonNull<Region>>, u64) {
 /// thread's serial; the thread remembers that region under `window` at
 /// once, as the reset leases it to the thread again.
 #[inline]
-pub(super) fn renew(allocator: u64, window: u64) -> (Option<NonNull<Region>>, u64) {
+pub(super) fn carry_over(allocator: u64, window: u64) -> (Option<NonNull<Region>>, u64) {
     THREAD.with(|t| {
         let (id, serial) = t.ids.get();
         if id != allocator {
@@ -124,50 +124,56 @@ pub(super) fn renew(allocator: u64, window: u64) -> (Option<NonNull<Region>>, u6
 /// Remembers that the calling thread leases `region`, of the allocator
 /// with id `allocator`, in window `window`.
 #[inline]
-pub(super) fn remember(window: u64, allocator: u64, region: NonNull<Region>) {
+pub(super) fn record(window: u64, allocator: u64, region: NonNull<Region>) {
     THREAD.with(|t| {
         t.lease.set((window, region.as_ptr()));
         t.ids.set((allocator, t.ids.get().1));
     });
 }
 
-/// Leases to `me` the region `pick` chooses (`None`: none to choose), under
+/// Leases to `thread` the region `pick` chooses (`None`: none to choose), under
 /// the allocator's lock; if another thread leases it first, lock-free (its
 /// own last region), `pick` chooses again.
 #[inline]
-pub(super) fn first<'r>(me: u64, pick: impl Fn() -> Option<&'r Region>) -> Option<&'r Region> {
+pub(super) fn first<'r>(thread: u64, pick: impl Fn() -> Option<&'r Region>) -> Option<&'r Region> {
     loop {
         let best = pick()?;
-        if best.lease(me) {
+        if best.lease(thread) {
             return Some(best);
         }
     }
 }
 
-/// Leases to `me` a region in `regions` (the allocator's list, under its
-/// lock): one `me` leases already (a thread that went to another allocator
+/// Leases to `thread` a region in `regions` (the allocator's list, under its
+/// lock): one `thread` leases already (a thread that went to another allocator
 /// and came back), else the FREE one that holds the most (so fresh threads
 /// take over what exited ones left), else a new one, recorded. `None` when
 /// there is no memory for a new one.
-pub(super) fn lease_any(regions: &mut Vec<NonNull<Region>>, me: u64) -> Option<NonNull<Region>> {
-    let mine = |r: &&Region| r.is_leased_to(FREE) || r.is_leased_to(me);
+pub(super) fn lease_any(
+    regions: &mut Vec<NonNull<Region>>,
+    thread: u64,
+) -> Option<NonNull<Region>> {
+    let last = |r: &&Region| r.is_leased_to(FREE) || r.is_leased_to(thread);
     let best = || {
         super::regions(regions)
-            .filter(mine)
-            .max_by_key(|r| (r.is_leased_to(me), r.held()))
+            .filter(last)
+            .max_by_key(|r| (r.is_leased_to(thread), r.held()))
     };
-    if let Some(best) = first(me, best) {
+    if let Some(best) = first(thread, best) {
         return Some(NonNull::from(best));
     }
-    lease_new(regions, me)
+    lease_new(regions, thread)
 }
 
-/// A new region leased to `me`, recorded in `regions` (the allocator's
+/// A new region leased to `thread`, recorded in `regions` (the allocator's
 /// list, under its lock); `None` when there is no memory for it.
-pub(super) fn lease_new(regions: &mut Vec<NonNull<Region>>, me: u64) -> Option<NonNull<Region>> {
+pub(super) fn lease_new(
+    regions: &mut Vec<NonNull<Region>>,
+    thread: u64,
+) -> Option<NonNull<Region>> {
     // Room first, so that a region is never made without its record.
     regions.try_reserve(1).ok()?;
-    let fresh = Region::try_new(me)?;
+    let fresh = Region::try_new(thread)?;
     regions.push(fresh);
     Some(fresh)
 }

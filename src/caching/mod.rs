@@ -1,19 +1,27 @@
 //! [`CachingAllocator`]: the product. A region per thread, leased for a
 //! window, that grows in place; one budget shared with other sessions.
 //!
-//! One concern a file: `lease.rs` (which region a thread uses), `region.rs`
-//! (the bump, reset, rewind, and the guard that changes a region),
-//! `grow.rs` (growth and the budget rule), `books.rs` (what the allocator
-//! took through its cache), `checkpoint.rs`, `debug.rs` (canaries and
-//! poison), `config.rs`.
+//! One concern a file. This one: the type, its constructors, the fast path
+//! and the short reset. Then `slow.rs` (what the fast path does not serve),
+//! `reset.rs` (the full reset, and giving memory back: retain, `release`,
+//! `trim`), `lease.rs` (which region a thread uses), `region.rs` (the bump,
+//! reset, rewind, and the guard that changes a region), `grow.rs` (growth,
+//! the budget rule, `prewarm`), `account.rs` (what the allocator took through
+//! its cache), `checkpoint.rs`, `debug.rs` (canaries and poison),
+//! `config.rs`; and below the regions, [`memory`], where their memory comes
+//! from (chunks, heap blocks, the block cache, the ledger).
 
-mod books;
+mod account;
 mod checkpoint;
 mod config;
 mod debug;
 mod grow;
 mod lease;
+mod memory;
+mod plan;
 mod region;
+mod reset;
+mod slow;
 
 use core::alloc::Layout;
 use core::fmt;
@@ -23,20 +31,19 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use checkpoint::Checkpoint;
 pub use config::CachingConfig;
+pub use memory::block_cache::{BlockCache, CacheStats};
+pub use plan::Plan;
 
-use crate::block_cache::{BlockCache, ChunkOptions, Reclaim};
-use crate::chunk::Chunk;
-use crate::os::page_size;
-use crate::temp::dangling;
-use crate::trace::Plan;
 use crate::{Error, Stats, TempAllocator};
-use books::Books;
+use account::Account;
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
 use checkpoint::Open;
 #[cfg(feature = "capi")]
 pub(crate) use checkpoint::Parts as CheckpointParts;
-use debug::{CANARY_LEN, DebugState};
-use region::{Extend, FREE, Leased, Mark, Region};
+use debug::DebugState;
+use memory::block_cache::Reclaim;
+use memory::chunk::Chunk;
+use region::{Extend, FREE, Leased, Mark, Region, Totals};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
@@ -85,7 +92,7 @@ pub struct CachingAllocator {
     /// growth, a region made, a dedicated chunk, a checkpoint, `prewarm`.
     /// Read under `&mut self`, so `Relaxed` is enough.
     short_reset: AtomicPtr<Region>,
-    /// The lock's state and the books, on the heap, where they stay while
+    /// The lock's state and the account, on the heap, where they stay while
     /// the allocator moves: a cache with a hard limit reaches them to take
     /// back this allocator's idle memory (see [`Core`]).
     core: NonNull<Core>,
@@ -101,12 +108,12 @@ pub struct CachingAllocator {
     id: u64,
 }
 
-/// What the slow path changes under the lock, and the books: what a cache
+/// What the slow path changes under the lock, and the account: what a cache
 /// with a hard limit may reach from another allocator's growth (through
 /// [`Reclaim`]) to take memory no window of this allocator is using.
 pub(super) struct Core {
-    shared: Mutex<Shared>,
-    books: Books,
+    state: Mutex<LockedState>,
+    account: Account,
     /// `CachingConfig::retain`: the least this allocator keeps when another
     /// one takes its idle memory back.
     floor: usize,
@@ -114,50 +121,50 @@ pub(super) struct Core {
 
 /// What `exclusive` gives under `&mut self`: the lock's state, without
 /// the lock where nothing else can reach it.
-enum State<'a> {
-    Mine(&'a mut Shared),
-    Locked(MutexGuard<'a, Shared>),
+enum StateAccess<'a> {
+    Exclusive(&'a mut LockedState),
+    Locked(MutexGuard<'a, LockedState>),
 }
 
-impl core::ops::Deref for State<'_> {
-    type Target = Shared;
+impl core::ops::Deref for StateAccess<'_> {
+    type Target = LockedState;
 
-    fn deref(&self) -> &Shared {
+    fn deref(&self) -> &LockedState {
         match self {
-            State::Mine(shared) => shared,
-            State::Locked(shared) => shared,
+            StateAccess::Exclusive(state) => state,
+            StateAccess::Locked(state) => state,
         }
     }
 }
 
-impl core::ops::DerefMut for State<'_> {
-    fn deref_mut(&mut self) -> &mut Shared {
+impl core::ops::DerefMut for StateAccess<'_> {
+    fn deref_mut(&mut self) -> &mut LockedState {
         match self {
-            State::Mine(shared) => shared,
-            State::Locked(shared) => shared,
+            StateAccess::Exclusive(state) => state,
+            StateAccess::Locked(state) => state,
         }
     }
 }
 
-/// The lock's state and the books of `core` (a `CachingAllocator`'s, to
+/// The lock's state and the account of `core` (a `CachingAllocator`'s, to
 /// which the caller has `&mut`; `reachable` is its flag).
-fn exclusive(core: &mut NonNull<Core>, reachable: bool) -> (State<'_>, &Books) {
+fn exclusive(core: &mut NonNull<Core>, reachable: bool) -> (StateAccess<'_>, &Account) {
     if reachable {
         // SAFETY: `core` lives until the allocator drops (`try_with_cache`,
         // `Drop`); other allocators reach it only as `&Core`, as here.
         let core = unsafe { core.as_ref() };
-        let shared = core.shared.lock().unwrap_or_else(PoisonError::into_inner);
-        return (State::Locked(shared), &core.books);
+        let state = core.state.lock().unwrap_or_else(PoisonError::into_inner);
+        return (StateAccess::Locked(state), &core.account);
     }
     // SAFETY: as above, and unreachable from the cache: with `&mut` to the
     // allocator no reference to `core` is alive, so this is the only one.
-    let Core { shared, books, .. } = unsafe { core.as_mut() };
-    let shared = shared.get_mut().unwrap_or_else(PoisonError::into_inner);
-    (State::Mine(shared), books)
+    let Core { state, account, .. } = unsafe { core.as_mut() };
+    let state = state.get_mut().unwrap_or_else(PoisonError::into_inner);
+    (StateAccess::Exclusive(state), account)
 }
 
 /// What the slow path changes under the lock.
-pub(super) struct Shared {
+pub(super) struct LockedState {
     /// Every region made so far, freed when the allocator drops.
     regions: Vec<NonNull<Region>>,
     /// Chunks of requests above the dedicated threshold, with their sizes.
@@ -182,21 +189,7 @@ pub(super) struct Shared {
 // would, and regions are `Send + Sync`; chunks and marks are `Send`. (This
 // is what makes the allocator `Send + Sync`: `&self` methods reach a region
 // only through the lock, atomics, or a `Leased` guard.)
-unsafe impl Send for Shared {}
-
-/// Counters folded in at resets and rewinds.
-#[derive(Debug, Default)]
-pub(super) struct Totals {
-    allocations: u64,
-    bytes_requested: u64,
-    high_water: usize,
-    /// The most bytes live at once in the window the last reset ended.
-    last_window_high: usize,
-    /// Not beside `bytes_requested`: a reset adds to both, and the two
-    /// adds made one vector add that cost it four instructions more.
-    resets: u64,
-    canary_violations: u64,
-}
+unsafe impl Send for LockedState {}
 
 /// The regions in `list`, borrowed for as long as the list.
 fn regions(list: &[NonNull<Region>]) -> impl Iterator<Item = &Region> + Clone {
@@ -268,11 +261,11 @@ impl CachingAllocator {
     pub fn with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Self {
         // As `Vec::with_capacity` would: the global allocator's error.
         Self::try_with_cache(cache, config)
-            .unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<Shared>()))
+            .unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<LockedState>()))
     }
 
     /// [`with_cache`](Self::with_cache), but an error instead of an abort
-    /// when there is no memory for the allocator's books (room for 8 nested
+    /// when there is no memory for the allocator's records (room for 8 nested
     /// checkpoints over 8 regions), for runtimes that must not abort.
     ///
     /// ```
@@ -286,19 +279,19 @@ impl CachingAllocator {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfMemory`] with the size of the books that could not be
+    /// [`Error::OutOfMemory`] with the size of the records that could not be
     /// had.
     pub fn try_with_cache(cache: Arc<BlockCache>, config: CachingConfig) -> Result<Self, Error> {
         fn room<T>(n: usize) -> Result<Vec<T>, Error> {
-            let mut books = Vec::new();
+            let mut account = Vec::new();
             let oom = Error::OutOfMemory {
                 size: n * size_of::<T>(),
                 align: align_of::<T>(),
             };
-            books.try_reserve_exact(n).map_err(|_| oom)?;
-            Ok(books)
+            account.try_reserve_exact(n).map_err(|_| oom)?;
+            Ok(account)
         }
-        let shared = Shared {
+        let state = LockedState {
             regions: room(NESTED_CHECKPOINTS)?,
             dedicated: Vec::new(),
             open: room(NESTED_CHECKPOINTS)?,
@@ -311,8 +304,8 @@ impl CachingAllocator {
         };
         let reachable = cache.max_bytes().is_some();
         let core_value = Core {
-            shared: Mutex::new(shared),
-            books: Books::new(Arc::clone(&cache), config.max_bytes),
+            state: Mutex::new(state),
+            account: Account::new(Arc::clone(&cache), config.max_bytes),
             floor: config.retain.unwrap_or(0),
         };
         // SAFETY: `Core` is not zero-sized.
@@ -361,7 +354,7 @@ impl CachingAllocator {
     /// assert_eq!(temp.cache().idle_bytes(), 0);
     /// ```
     pub fn cache(&self) -> &Arc<BlockCache> {
-        &self.books().cache
+        &self.account().cache
     }
 
     /// The configuration this allocator was made with.
@@ -372,98 +365,6 @@ impl CachingAllocator {
     /// ```
     pub fn config(&self) -> &CachingConfig {
         &self.config
-    }
-
-    /// Resets, then gives all memory back to the cache, which keeps it idle
-    /// within its budget or frees it: resident memory falls. For memory
-    /// pressure; the next request takes memory again.
-    ///
-    /// ```
-    /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// KernelContext::new(&temp).scratch::<u8>(1 << 20)?;
-    /// temp.release();
-    /// assert_eq!(temp.stats().bytes_held, 0);
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    pub fn release(&mut self) {
-        self.reset();
-        // After a reset: nothing in use.
-        self.each_region(|mut region, books| region.shed(books, None));
-    }
-
-    /// Gives back the pages no scratch uses now, keeping every region's
-    /// address range: resident memory falls to what is live, and every region
-    /// forgets the most it ever used, growing to what its thread uses from
-    /// now on. For a memory warning between inferences. A page the system
-    /// refuses to decommit stays counted as held. On heap blocks (where
-    /// nothing can be reserved, see [`CachingConfig::reserve`]) a region's
-    /// current block stays whole, and only the blocks after it go.
-    ///
-    /// ```
-    /// use tempalloc::{CachingAllocator, KernelContext, TempAllocator};
-    ///
-    /// let mut temp = CachingAllocator::new();
-    /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?;
-    /// temp.reset();
-    /// temp.trim();
-    /// assert!(temp.stats().bytes_held < 4 << 20); // where regions are reserved
-    /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?; // still served
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    pub fn trim(&mut self) {
-        self.each_region(|mut region, books| region.trim(books));
-    }
-
-    /// Commits at load time what a recorded run's regions held
-    /// ([`Plan::regions`](crate::trace::Plan::regions), from
-    /// [`Trace::plan`](crate::trace::Trace::plan)), touching every page if
-    /// the config [prefaults](CachingConfig::prefault): the first inference
-    /// then makes no system call and, with prefault, takes no page fault in
-    /// the allocator. The regions are FREE; threads lease them in the order
-    /// they first allocate, the largest first, so the plan serves a run
-    /// whose threads first allocate busiest first (a runtime's main thread,
-    /// then its workers); a run in another order may still grow, and so may
-    /// a run with the debug checks on (the plan holds no canaries). A phone
-    /// app pays this at launch instead of on the first request.
-    ///
-    /// ```
-    /// use tempalloc::trace::Plan;
-    /// use tempalloc::{CachingAllocator, CachingConfig, KernelContext, TempAllocator};
-    ///
-    /// let config = CachingConfig::default().prefault(true).debug_checks(false);
-    /// let mut temp = CachingAllocator::with_config(config);
-    /// temp.prewarm(&Plan::from_regions([1 << 20]))?;
-    /// let before = temp.stats().system_allocations;
-    /// KernelContext::new(&temp).scratch::<u8>(1 << 20)?; // the first inference
-    /// assert_eq!(temp.stats().system_allocations, before);
-    /// # Ok::<(), tempalloc::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// What taking memory fails with ([`Error::BudgetExceeded`] past a
-    /// limit, [`Error::OutOfMemory`]); what was committed before stays.
-    pub fn prewarm(&mut self, plan: &Plan) -> Result<(), Error> {
-        self.no_short_reset();
-        let (mut shared, books) = exclusive(&mut self.core, self.reachable);
-        for (i, &bytes) in plan.regions().iter().enumerate() {
-            let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
-            if shared.regions.len() == i {
-                let oom = Error::out_of_memory(layout);
-                shared.regions.try_reserve(1).map_err(|_| oom)?;
-                shared.regions.push(Region::try_new(FREE).ok_or(oom)?);
-            }
-            // SAFETY: `&mut self`: no thread holds a guard of the region or
-            // can make one, and this is its one guard.
-            let mut region = unsafe { Leased::new(deref(&shared.regions[i])) };
-            if bytes > region.held() {
-                let need = region.need(layout, &self.config);
-                region.grow(books, &self.config, &need)?;
-            }
-        }
-        Ok(())
     }
 
     /// Checks the canary after every allocation since the last reset, when
@@ -489,16 +390,16 @@ impl CachingAllocator {
         if !self.config.debug_checks {
             return Ok(());
         }
-        let mut shared = self.lock();
-        let (new, first) = shared.debug.check();
-        shared.totals.canary_violations += new;
+        let mut state = self.lock();
+        let (new, first) = state.debug.check();
+        state.totals.canary_violations += new;
         first.map_or(Ok(()), Err)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Shared> {
-        // Nothing panics under the lock, and the slow path leaves `Shared`
+    fn lock(&self) -> MutexGuard<'_, LockedState> {
+        // Nothing panics under the lock, and the slow path leaves `LockedState`
         // consistent at every early return, so poison is ignored.
-        (self.core().shared.lock()).unwrap_or_else(PoisonError::into_inner)
+        (self.core().state.lock()).unwrap_or_else(PoisonError::into_inner)
     }
 
     fn core(&self) -> &Core {
@@ -507,8 +408,8 @@ impl CachingAllocator {
         unsafe { self.core.as_ref() }
     }
 
-    fn books(&self) -> &Books {
-        &self.core().books
+    fn account(&self) -> &Account {
+        &self.core().account
     }
 
     /// A region of this allocator, for as long as the allocator.
@@ -516,407 +417,6 @@ impl CachingAllocator {
         // SAFETY: callers pass regions of this allocator (from its list, or
         // remembered by a thread with its id), which live until it drops.
         unsafe { region.as_ref() }
-    }
-
-    /// [`resize_in_place`](TempAllocator::resize_in_place) when the current
-    /// chunk is `more` bytes short past the cursor: commits them in place
-    /// if its reservation holds them, then extends.
-    #[cold]
-    #[inline(never)]
-    fn extend_slow(
-        &self,
-        region: &mut Leased,
-        ptr: NonNull<u8>,
-        old: usize,
-        new_size: usize,
-        more: usize,
-        shared: Option<&mut Shared>,
-    ) -> bool {
-        let Ok(layout) = Layout::from_size_align(more, 1) else {
-            return false;
-        };
-        if !region.need(layout, &self.config).in_place() {
-            return false;
-        }
-        let grown = self.grow(region, layout, shared);
-        grown.is_ok() && matches!(region.extend(ptr.as_ptr(), old, new_size), Extend::Done)
-    }
-
-    /// [`resize_in_place`](TempAllocator::resize_in_place) with the debug
-    /// checks on: the canary moves with the end, under the lock, and only
-    /// an intact one (a damaged canary stays for the reset to report).
-    #[cold]
-    #[inline(never)]
-    fn resize_checked(&self, ptr: NonNull<u8>, old: usize, new_size: usize) -> bool {
-        let (_, region) = lease::leased();
-        // SAFETY: `resize_in_place` checked that the calling thread's token is
-        // this window's, so it leases the region it remembers (see
-        // `lease::leased`), alive while `&self` is; this call holds no other
-        // guard of it.
-        let mut region = unsafe { Leased::new(&*region) };
-        let mut shared = self.lock();
-        let Some(canary) = shared.debug.intact(ptr, old) else {
-            return false;
-        };
-        // No overflow: a carving with its canary fits in `isize::MAX`, and
-        // so does `new_size` (a `Layout` size) plus the canary.
-        let (old_padded, new_padded) = (old + CANARY_LEN, new_size.saturating_add(CANARY_LEN));
-        let extended = match region.extend(ptr.as_ptr(), old_padded, new_padded) {
-            Extend::Done => true,
-            Extend::NotNewest => false,
-            Extend::NoRoom(more) => self.extend_slow(
-                &mut region,
-                ptr,
-                old_padded,
-                new_padded,
-                more,
-                Some(&mut shared),
-            ),
-        };
-        if extended {
-            shared.debug.resized(canary, new_size);
-        }
-        extended
-    }
-
-    /// Runs `f` on every region with its guard, and the books, under
-    /// `&mut self`.
-    fn each_region(&mut self, mut f: impl FnMut(Leased<'_>, &Books)) {
-        let (shared, books) = exclusive(&mut self.core, self.reachable);
-        for region in regions(&shared.regions) {
-            // SAFETY: `&mut self` (and the lock, if other allocators can
-            // reach this one): no thread holds a guard of the region or can
-            // make one, and the list holds each region once, so this is its
-            // one guard.
-            f(unsafe { Leased::new(region) }, books);
-        }
-    }
-
-    /// Everything the fast path cannot serve: a request that does not fit,
-    /// the first in a window, a dedicated request, every request with the
-    /// debug checks on.
-    #[cold]
-    #[inline(never)]
-    fn allocate_slow(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        if self.config.debug_checks {
-            return self.allocate_checked(layout);
-        }
-        if layout.size() >= self.config.dedicated_from() {
-            return self.allocate_dedicated(&mut self.lock(), layout, 0);
-        }
-        let region = self.lease(layout)?;
-        self.bump_or_grow(region, layout, None).map(|(ptr, _)| ptr)
-    }
-
-    /// The calling thread's region for this window: the one it last leased
-    /// if that is free or still its own (lock-free), else, under the lock,
-    /// the FREE region that holds the most, or a new one.
-    fn lease(&self, layout: Layout) -> Result<Leased<'_>, Error> {
-        let (last, me) = lease::mine(self.id);
-        let region = match last {
-            Some(last) if self.region(last).lease(me) => last,
-            _ => {
-                let mut shared = self.lock();
-                let before = shared.regions.len();
-                let region = lease::lease_any(&mut shared.regions, me)
-                    .ok_or_else(|| Error::out_of_memory(layout))?;
-                if shared.regions.len() != before {
-                    // A region made: the short reset knows only one.
-                    self.no_short_reset();
-                }
-                region
-            }
-        };
-        lease::remember(self.window.current, self.id, region);
-        // SAFETY: the calling thread leases `region` (`Region::lease` or
-        // `lease_any` said so), a region of this allocator, and holds no
-        // other guard of it: a guard lives only in the call that made it.
-        Ok(unsafe { Leased::new(self.region(region)) })
-    }
-
-    /// Carves `layout` from `region`, or from a FREE region with the room
-    /// if nothing is in `region` yet (or it reached the region cap), else
-    /// grows `region` first. Returns the region that served it too.
-    /// `shared` is the lock's guard if the caller holds it.
-    fn bump_or_grow<'r>(
-        &'r self,
-        mut region: Leased<'r>,
-        layout: Layout,
-        mut shared: Option<&mut Shared>,
-    ) -> Result<(NonNull<[u8]>, Leased<'r>), Error> {
-        if let Some(ptr) = region.bump(layout) {
-            return Ok((ptr, region));
-        }
-        if layout.size() == 0 {
-            // A region without a chunk: nothing to carve, but a request.
-            region.count_request(0);
-            return Ok((dangling(layout), region));
-        }
-        // Memory follows the work: a thread with nothing in its region yet
-        // moves to room committed and idle this window before the region
-        // grows, and so does one whose region reached the region cap. (One
-        // with scratch in it otherwise grows: the room it would take is a
-        // region the next kernel's threads need.) Not under a limit, whose
-        // rule counts on each thread growing its own region (README,
-        // `max_bytes`): there the budget rule reclaims idle room instead.
-        let limited = self.books().limited();
-        // On reservations only: a heap region chains blocks and settles to
-        // one at a reset, which moving on would undo every window.
-        let capped =
-            (self.config.region_cap).is_some_and(|cap| region.held() >= cap) && region.is_mapped();
-        if !limited && (capped || region.is_empty()) {
-            region = match shared.as_deref_mut() {
-                Some(shared) => self.move_on(shared, region, layout)?,
-                None => self.move_on(&mut self.lock(), region, layout)?,
-            };
-            if let Some(ptr) = region.bump(layout) {
-                return Ok((ptr, region));
-            }
-        }
-        self.grow(&mut region, layout, shared)?;
-        let ptr = region
-            .bump(layout)
-            .ok_or_else(|| Error::out_of_memory(layout))?;
-        Ok((ptr, region))
-    }
-
-    /// For a `region` that cannot serve `layout`: the smallest FREE region
-    /// whose committed room serves it now — and, if nothing is in `region`,
-    /// holds `peak` (what `region` would grow to: the most its thread used
-    /// in one window), so larger rooms stay for larger needs — leased to the
-    /// calling thread in its place. An empty `region` becomes FREE; one
-    /// with scratch in it (at the region cap) stays the thread's until the
-    /// window ends. Past the cap with no such FREE region, a new region;
-    /// an empty `region` with none stays. A thread whose share of the work
-    /// grew takes memory another thread left idle before anything is
-    /// committed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::OutOfMemory`] when there is no memory for a new region's
-    /// record.
-    #[cold]
-    fn move_on<'r>(
-        &'r self,
-        shared: &mut Shared,
-        mut region: Leased<'r>,
-        layout: Layout,
-    ) -> Result<Leased<'r>, Error> {
-        let empty = region.is_empty();
-        let peak = if empty { region.cold().1.peak } else { 0 };
-        let (_, me) = lease::mine(self.id);
-        let serves = |r: &&Region| r.is_leased_to(FREE) && r.fits(layout) && r.room() >= peak;
-        let idle = lease::first(me, || {
-            regions(&shared.regions)
-                .filter(serves)
-                .min_by_key(|r| r.room())
-        });
-        let next = match idle {
-            Some(idle) => NonNull::from(idle),
-            None if empty => return Ok(region),
-            None => {
-                self.no_short_reset();
-                lease::lease_new(&mut shared.regions, me)
-                    .ok_or_else(|| Error::out_of_memory(layout))?
-            }
-        };
-        if empty {
-            region.unlease(FREE);
-        }
-        lease::remember(self.window.current, self.id, next);
-        // SAFETY: the calling thread just leased `next`, a region of this
-        // allocator (a FREE one, or one it made), and holds no other guard
-        // of it: its one guard was of `region`, another region, and is gone.
-        Ok(unsafe { Leased::new(self.region(next)) })
-    }
-
-    /// The frame's thread takes the region that holds the most, when
-    /// nothing is live: what an inference keeps for its whole length lands
-    /// in one region whichever thread runs the frame (a rayon worker, the
-    /// caller), instead of one copy per thread that ever ran one. The other
-    /// regions become FREE, for the frame's kernels' threads.
-    fn adopt_largest(&mut self) {
-        let (shared, _) = exclusive(&mut self.core, self.reachable);
-        let quiet = shared.open.is_empty() && shared.dedicated.is_empty();
-        let (mine, me) = lease::mine(self.id);
-        let largest = regions(&shared.regions).max_by_key(|r| r.held());
-        let Some(largest) = largest.filter(|_| quiet) else {
-            return;
-        };
-        if mine == Some(NonNull::from(largest)) && largest.is_leased_to(me)
-            || regions(&shared.regions).any(|r| !r.is_empty())
-        {
-            return;
-        }
-        // Leases change: a new window, so no thread's fast path reaches a
-        // region through the token it leased it under.
-        let window = self.window.next();
-        for region in regions(&shared.regions) {
-            // SAFETY: `&mut self`: no thread holds a guard of the region or
-            // can make one, and this is its one guard.
-            unsafe { Leased::new(region) }.unlease(FREE);
-        }
-        let leased = largest.lease(me);
-        debug_assert!(leased, "every region was just made FREE, under `&mut self`");
-        lease::remember(window, self.id, NonNull::from(largest));
-    }
-
-    /// A chunk of its own for a request at or above the dedicated threshold,
-    /// with `extra` bytes of room after it (for a canary).
-    fn allocate_dedicated(
-        &self,
-        shared: &mut Shared,
-        layout: Layout,
-        extra: usize,
-    ) -> Result<NonNull<[u8]>, Error> {
-        self.no_short_reset();
-        shared
-            .dedicated
-            .try_reserve(1)
-            .map_err(|_| Error::out_of_memory(layout))?;
-        // No overflow: `extra` is 0 or a canary the layout was checked to hold.
-        let need = layout.size() + layout.align().saturating_sub(page_size()) + extra;
-        // Exactly what it needs, so that giving it back frees it all.
-        let options = ChunkOptions {
-            block: self.config.block,
-            reserve: self.config.reserve.map(|_| need),
-            most: usize::MAX,
-            ahead: true,
-        };
-        let chunk = self.books().take(need, need, options, layout)?;
-        let pad = chunk.base().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
-        // SAFETY: `pad < align`, and the chunk holds `size + extra + align -
-        // page` usable bytes from a page-aligned start, so `pad + size +
-        // extra` fits.
-        let ptr = unsafe { chunk.base().add(pad) };
-        shared.dedicated.push((chunk, layout.size()));
-        shared.totals.allocations += 1;
-        shared.totals.bytes_requested += layout.size() as u64;
-        Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
-    }
-
-    /// Every request when the debug checks are on: carved, with a canary
-    /// after it, from the thread's region (or a dedicated chunk), and
-    /// recorded under the lock.
-    #[cold]
-    #[inline(never)]
-    fn allocate_checked(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
-        if layout.size() == 0 {
-            // Nothing to overflow into: a dangling pointer, counted.
-            self.lock().totals.allocations += 1;
-            return Ok(dangling(layout));
-        }
-        let padded =
-            DebugState::padded(layout).map_err(|e| self.books().past_any_size(layout, e))?;
-        let dedicated = layout.size() >= self.config.dedicated_from();
-        // Leased before the lock is taken: leasing may take it.
-        let region = if dedicated {
-            None
-        } else {
-            Some(self.lease(padded)?)
-        };
-        let mut shared = self.lock();
-        shared.debug.reserve(layout)?;
-        let ptr = match region {
-            None => self
-                .allocate_dedicated(&mut shared, layout, CANARY_LEN)?
-                .cast(),
-            Some(region) => {
-                let carved = self.bump_or_grow(region, padded, Some(&mut shared));
-                let (ptr, mut region) = carved.map_err(|e| e.for_request(layout))?;
-                // The region counted the canary as requested; the caller did not.
-                region.count_request(-(CANARY_LEN as isize));
-                ptr.cast()
-            }
-        };
-        shared.debug.record(ptr, layout.size());
-        Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
-    }
-
-    /// `reset` when it cannot take the short path: several regions (or
-    /// none), a region to settle, the debug checks, a retain cap, dedicated
-    /// chunks or checkpoints, or the first reset after a growth.
-    #[inline(never)]
-    fn reset_all(&mut self) {
-        let (mut guard, books) = exclusive(&mut self.core, self.reachable);
-        let shared = &mut *guard;
-        if self.config.debug_checks {
-            // Before any chunk goes back: the memory is still ours to poison.
-            self.totals.canary_violations += shared.debug.recycle(0);
-        }
-        let mut live = shared.dedicated_live();
-        // The new window first: no thread's old token may lead into a region
-        // this loop frees, even if something in it panicked.
-        let window = self.window.next();
-        // Where other sessions may take idle memory back, every region is
-        // FREE between inferences: the resetting thread keeps none.
-        let (mine, me) = if self.reachable {
-            (None, FREE)
-        } else {
-            lease::renew(self.id, window)
-        };
-        for region in regions(&shared.regions) {
-            let next = if mine == Some(NonNull::from(region)) {
-                me
-            } else {
-                FREE
-            };
-            // SAFETY: `&mut self` (and the lock, if other allocators can
-            // reach this one): no thread holds a guard of the region or can
-            // make one, and this is its one guard.
-            let mut region = unsafe { Leased::new(region) };
-            live += region.reset(false, &mut self.totals);
-            region.settle(books);
-            region.unlease(next);
-        }
-        shared.free_dedicated(0, books);
-        shared.open.clear();
-        shared.marks.clear();
-        let high = core::mem::take(&mut shared.window_high).max(live);
-        self.totals.end_window(high);
-        // Every region settled, no dedicated chunk, no checkpoint: with one
-        // region, the next reset may take the short path.
-        let plain = !self.config.debug_checks && self.config.retain.is_none() && !self.reachable;
-        let short = match shared.regions[..] {
-            [only] if plain => only.as_ptr(),
-            _ => ptr::null_mut(),
-        };
-        *self.short_reset.get_mut() = short;
-        drop(guard);
-        if let Some(cap) = self.config.retain {
-            self.retain(cap);
-        }
-    }
-
-    /// Sends the next reset down the full path: the regions, their chunks,
-    /// the dedicated chunks or the checkpoints may change. Loads first, so
-    /// threads growing at once (with several regions) only read the line.
-    fn no_short_reset(&self) {
-        if !self.short_reset.load(Relaxed).is_null() {
-            self.short_reset.store(ptr::null_mut(), Relaxed);
-        }
-    }
-
-    /// The retain cap, after a reset: the largest regions give back what is
-    /// held above `cap`, largest first.
-    #[cold]
-    #[inline(never)]
-    fn retain(&mut self, cap: usize) {
-        let (shared, books) = exclusive(&mut self.core, self.reachable);
-        for _ in 0..shared.regions.len() {
-            let excess = books.ledger.held().saturating_sub(cap);
-            let largest = regions(&shared.regions)
-                .filter(|r| r.held() != 0)
-                .max_by_key(|r| r.held());
-            let Some(region) = largest.filter(|_| excess > 0) else {
-                break;
-            };
-            // SAFETY: `&mut self`: no thread holds a guard of the region or
-            // can make one, and this is its one guard.
-            let mut region = unsafe { Leased::new(region) };
-            // After a reset: nothing in use.
-            region.shed(books, Some(region.held().saturating_sub(excess)));
-        }
     }
 }
 
@@ -982,26 +482,26 @@ unsafe impl TempAllocator for CachingAllocator {
         {
             // Never set where other allocators can reach `core` (`reset_all`).
             debug_assert!(!self.reachable);
-            let shared = self.lock();
-            debug_assert!(shared.regions[..] == [only] && shared.dedicated.is_empty());
+            let state = self.lock();
+            debug_assert!(state.regions[..] == [only] && state.dedicated.is_empty());
             // No checkpoint since the last reset, so no rewind either: the
             // window's high water is what is live now.
-            debug_assert!(shared.open.is_empty() && shared.marks.is_empty());
-            debug_assert!(shared.window_high == 0);
+            debug_assert!(state.open.is_empty() && state.marks.is_empty());
+            debug_assert!(state.window_high == 0);
         }
-        debug_assert!(region.settled());
+        debug_assert!(region.has_one_chunk());
         // A calling thread that holds this window's token leases the one
         // region (see `lease::leased`): the reset would lease it to the
         // thread again, so the lease and the token stay as they are. Else
         // the lease ends: a new window first, as in `reset_all`.
         let (window, _) = lease::leased();
         let next = if window == self.window.current {
-            debug_assert!(region.is_leased_to(lease::mine(self.id).1));
+            debug_assert!(region.is_leased_to(lease::last_lease(self.id).1));
             None
         } else {
             let window = self.window.next();
-            let (mine, me) = lease::renew(self.id, window);
-            Some(if mine == Some(only) { me } else { FREE })
+            let (last, thread) = lease::carry_over(self.id, window);
+            Some(if last == Some(only) { thread } else { FREE })
         };
         // At most one chunk, and no growth since the last reset moved it:
         // the window stayed in the first chunk.
@@ -1013,34 +513,34 @@ unsafe impl TempAllocator for CachingAllocator {
     }
 
     fn stats(&self) -> Stats {
-        let shared = self.lock();
-        let (t, locked) = (&self.totals, &shared.totals);
-        // Regions count their own requests until a reset or rewind folds
+        let state = self.lock();
+        let (t, locked) = (&self.totals, &state.totals);
+        // Regions count their own requests until a reset or rewind flushes
         // them in: what they hold is live, and requested.
         let (mut allocations, mut requested, mut live) = (
             t.allocations + locked.allocations,
             t.bytes_requested + locked.bytes_requested,
-            shared.dedicated_live(),
+            state.dedicated_live(),
         );
-        for region in regions(&shared.regions) {
+        for region in regions(&state.regions) {
             allocations += region.count() as u64;
             requested += region.live() as u64;
             live += region.live();
         }
-        let window = shared.window_high.max(live);
-        let books = self.books();
+        let window = state.window_high.max(live);
+        let account = self.account();
         Stats {
             allocations,
             bytes_requested: requested,
             resets: t.resets,
-            system_allocations: books.ledger.system_allocations.load(Relaxed),
-            system_frees: books.ledger.system_frees.load(Relaxed),
-            bytes_held: books.ledger.held(),
+            system_allocations: account.ledger.system_allocations.load(Relaxed),
+            system_frees: account.ledger.system_frees.load(Relaxed),
+            bytes_held: account.ledger.held(),
             high_water: t.high_water.max(window),
             bytes_live: live,
             window_high_water: t.last_window_high.max(window),
-            cache_hits: books.ledger.hits.load(Relaxed),
-            cache_misses: books.ledger.misses.load(Relaxed),
+            cache_hits: account.ledger.hits.load(Relaxed),
+            cache_misses: account.ledger.misses.load(Relaxed),
             canary_violations: t.canary_violations + locked.canary_violations,
         }
     }
@@ -1070,27 +570,16 @@ impl CachingAllocator {
     }
 }
 
-impl Totals {
-    /// Closes the window at a reset: `high` is the most bytes it had live
-    /// at once.
-    #[inline]
-    fn end_window(&mut self, high: usize) {
-        self.last_window_high = high;
-        self.high_water = self.high_water.max(high);
-        self.resets += 1;
-    }
-}
-
-impl Shared {
+impl LockedState {
     /// Bytes requested in `dedicated`.
     fn dedicated_live(&self) -> usize {
         self.dedicated.iter().map(|(_, size)| size).sum()
     }
 
     /// Gives the dedicated chunks from the `from`th on back, newest first.
-    fn free_dedicated(&mut self, from: usize, books: &Books) {
+    fn free_dedicated(&mut self, from: usize, account: &Account) {
         for (chunk, _) in self.dedicated.drain(from..).rev() {
-            books.give_back(chunk);
+            account.give_back(chunk);
         }
     }
 }
@@ -1099,14 +588,14 @@ impl Drop for CachingAllocator {
     fn drop(&mut self) {
         if self.reachable {
             // First: no other allocator reaches `core` from now on.
-            self.books()
+            self.account()
                 .cache
                 .unregister(self.core as NonNull<dyn Reclaim>);
         }
         self.release();
         // Unreachable now: the lock is not needed.
-        let (mut shared, _) = exclusive(&mut self.core, false);
-        for region in shared.regions.drain(..) {
+        let (mut state, _) = exclusive(&mut self.core, false);
+        for region in state.regions.drain(..) {
             // SAFETY: every region came from `Region::try_new`, which
             // allocated and initialised it as `Box` does, and is freed only
             // here, once (drained from the list); `&mut self` means no
@@ -1115,7 +604,7 @@ impl Drop for CachingAllocator {
             // allocator).
             drop(unsafe { Box::from_raw(region.as_ptr()) });
         }
-        drop(shared);
+        drop(state);
         // SAFETY: `core` was allocated as `Box` does in `try_with_cache` and
         // is freed only here; the cache no longer reaches it (above), and
         // `&mut self` means nothing else refers to it.
@@ -1124,7 +613,7 @@ impl Drop for CachingAllocator {
 }
 
 // SAFETY: `core` is owned as a `Box` would own it, and `Core` is `Send +
-// Sync` (its state is behind a mutex, its books are atomics: checked
+// Sync` (its state is behind a mutex, its account is atomics: checked
 // below); the other fields are `Send + Sync` on their own.
 unsafe impl Send for CachingAllocator {}
 const _: () = {

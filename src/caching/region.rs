@@ -3,7 +3,7 @@
 //!
 //! Whatever changes a region goes through a [`Leased`] guard, which only
 //! the region's leaseholder (or a caller with `&mut` to the allocator)
-//! makes. The hot fields are atomics that only the guard's holder writes;
+//! makes. The bump state's fields are atomics that only the guard's holder writes;
 //! relaxed loads and stores compile to plain moves, and let `stats` and
 //! `checkpoint` read them from any thread. A chunk is the region's until
 //! it goes back to the cache, which may lend it to another region.
@@ -15,10 +15,9 @@ use core::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
 
-use super::Totals;
-use super::books::Books;
-use crate::block::size_class;
-use crate::chunk::Chunk;
+use super::account::Account;
+use super::memory::block::size_class;
+use super::memory::chunk::Chunk;
 use crate::os::page_size;
 
 /// The `owner` of a region nobody leases.
@@ -28,20 +27,46 @@ pub(super) const FREE: u64 = 0;
 /// its memory back (the budget rule).
 pub(super) const RECLAIMING: u64 = u64::MAX;
 
+/// Counters a region's [`flush`](BumpState::flush) adds to at resets and
+/// rewinds.
+#[derive(Debug, Default)]
+pub(super) struct Totals {
+    pub(super) allocations: u64,
+    pub(super) bytes_requested: u64,
+    pub(super) high_water: usize,
+    /// The most bytes live at once in the window the last reset ended.
+    pub(super) last_window_high: usize,
+    /// Not beside `bytes_requested`: a reset adds to both, and the two
+    /// adds made one vector add that cost it four instructions more.
+    pub(super) resets: u64,
+    pub(super) canary_violations: u64,
+}
+
+impl Totals {
+    /// Closes the window at a reset: `high` is the most bytes it had live
+    /// at once.
+    #[inline]
+    pub(super) fn end_window(&mut self, high: usize) {
+        self.last_window_high = high;
+        self.high_water = self.high_water.max(high);
+        self.resets += 1;
+    }
+}
+
 /// Aligned to 128 bytes (two cache lines, as crossbeam's `CachePadded` on
 /// x86_64), so threads bumping in neighbouring regions never share a line.
 #[repr(align(128))]
 pub(super) struct Region {
-    hot: Hot,
+    bump: BumpState,
     /// [`FREE`], the serial of the thread leasing the region until the
     /// next reset or rewind, or [`RECLAIMING`].
     owner: AtomicU64,
-    /// Reached only through [`Leased::cold`].
-    cold: UnsafeCell<Cold>,
+    /// Reached only through [`Leased::parts`].
+    list: UnsafeCell<ChunkList>,
 }
 
-// SAFETY: `hot` and `owner` are atomics, and `cold` is reached only through
-// `Leased::cold`, which needs `&mut` to the region's one guard (one at a
+// SAFETY: `bump` and `owner` are atomics, and `list` is reached only through
+// `Leased::parts`, which needs `&mut` to the region's one guard (one at a
 // time: the contract of `Leased::new`), so no two threads reach it at once.
 unsafe impl Sync for Region {}
 
@@ -50,7 +75,7 @@ unsafe impl Sync for Region {}
 /// for one call into the allocator; by a reclaimer, while it holds the
 /// [`RECLAIMING`] lease; or under `&mut` to the allocator. It is neither
 /// `Copy` nor `Clone`, and each of its methods takes `&mut self` (or
-/// `self`), so one guard lends out one `&mut Cold` at a time; the contract
+/// `self`), so one guard lends out one `&mut ChunkList` at a time; the contract
 /// of [`new`](Self::new) keeps to one guard a region. Reading a region
 /// needs no guard: it derefs to [`Region`].
 pub(super) struct Leased<'a>(&'a Region);
@@ -58,29 +83,29 @@ pub(super) struct Leased<'a>(&'a Region);
 /// What the fast path reads and writes. `Default` only for
 /// [`Region::try_new`], which sets `base` to dangling.
 #[derive(Default)]
-pub(super) struct Hot {
+pub(super) struct BumpState {
     /// Start of the current chunk; dangling when there is none.
     base: AtomicPtr<u8>,
     /// Offset of the first free byte in the current chunk.
     cursor: AtomicUsize,
     /// Bytes usable in the current chunk.
     limit: AtomicUsize,
-    /// Bytes requested and not yet folded into the totals.
+    /// Bytes requested and not yet flushed into the totals.
     live: AtomicUsize,
-    /// Requests since the last fold (wraps rather than overflows).
+    /// Requests since the last flush (wraps rather than overflows).
     count: AtomicUsize,
     /// Index of the current chunk.
     chunk: AtomicUsize,
     /// Bytes the window used before the current chunk, laid out as one
-    /// chunk would hold them (see [`before_next`]).
-    before: AtomicUsize,
+    /// chunk would hold them (see [`used_before_next`]).
+    used_before: AtomicUsize,
     /// Usable bytes of all the chunks: what the region holds.
     held: AtomicUsize,
 }
 
 /// The leaseholder's state.
 #[derive(Default)]
-pub(super) struct Cold {
+pub(super) struct ChunkList {
     /// Before the current one, the chunks this window filled; after it, the
     /// ones a rewind left for the region's next growth.
     pub chunks: Vec<Chunk>,
@@ -104,7 +129,7 @@ pub(super) struct Mark {
     pub region: *const Region,
     chunk: usize,
     cursor: usize,
-    before: usize,
+    used_before: usize,
     live: usize,
 }
 
@@ -116,16 +141,16 @@ impl Region {
     /// no memory for it (never an abort). Allocated as `Box` does, so a
     /// `Box` frees it (the allocator's `Drop`).
     pub(super) fn try_new(owner: u64) -> Option<NonNull<Region>> {
-        let hot = Hot {
+        let bump = BumpState {
             base: AtomicPtr::new(ptr::dangling_mut()),
-            ..Hot::default()
+            ..BumpState::default()
         };
         let owner = AtomicU64::new(owner);
-        let cold = UnsafeCell::new(Cold::default());
+        let list = UnsafeCell::new(ChunkList::default());
         // SAFETY: `Region` is not zero-sized.
         let p = NonNull::new(unsafe { std::alloc::alloc(Layout::new::<Region>()) })?.cast();
         // SAFETY: `p` is fresh memory with `Region`'s layout, not null.
-        unsafe { p.write(Region { hot, owner, cold }) };
+        unsafe { p.write(Region { bump, owner, list }) };
         Some(p)
     }
 
@@ -133,9 +158,9 @@ impl Region {
     /// [`Leased::bump`] would carve, without carving. Any thread may ask;
     /// the answer holds while the region stays FREE.
     pub(super) fn fits(&self, layout: Layout) -> bool {
-        let hot = &self.hot;
-        let cursor = hot.cursor.load(Relaxed);
-        let pad = hot
+        let bump = &self.bump;
+        let cursor = bump.cursor.load(Relaxed);
+        let pad = bump
             .base
             .load(Relaxed)
             .addr()
@@ -143,71 +168,71 @@ impl Region {
             .wrapping_neg()
             & (layout.align() - 1);
         // No overflow, as in `bump`.
-        cursor + pad + layout.size() <= hot.limit.load(Relaxed)
+        cursor + pad + layout.size() <= bump.limit.load(Relaxed)
     }
 
     /// Whether nothing was carved from the region this window: the state a
     /// reset or a rewind without a mark leaves it in.
     pub(super) fn is_empty(&self) -> bool {
-        self.hot.position() == (0, 0) && self.live() == 0
+        self.bump.position() == (0, 0) && self.live() == 0
     }
 
     /// Bytes the current chunk can serve without growing: its committed
     /// room above the cursor.
     pub(super) fn room(&self) -> usize {
-        self.hot
+        self.bump
             .limit
             .load(Relaxed)
-            .saturating_sub(self.hot.cursor.load(Relaxed))
+            .saturating_sub(self.bump.cursor.load(Relaxed))
     }
 
-    /// Leases the region to `me` if it is FREE (one compare-and-swap); `true`
-    /// also if `me` leases it already. A guard for it is then the caller's
+    /// Leases the region to `thread` if it is FREE (one compare-and-swap);
+    /// `true` also if `thread` leases it already. A guard for it is then the caller's
     /// to make ([`Leased::new`]).
     #[inline]
-    pub(super) fn lease(&self, me: u64) -> bool {
+    pub(super) fn lease(&self, thread: u64) -> bool {
         let owner = self.owner.load(Relaxed);
         // `Acquire`: what the last holder did, ordered before the `&mut`
         // reset or rewind that freed it, is visible before we touch it.
-        owner == me
+        owner == thread
             || owner == FREE
                 && (self.owner)
-                    .compare_exchange(FREE, me, Acquire, Relaxed)
+                    .compare_exchange(FREE, thread, Acquire, Relaxed)
                     .is_ok()
     }
 
-    /// Whether `me` leases the region. Only `me` (or `&mut` to the
-    /// allocator) stores `me`, so a thread reads its own lease right.
-    pub(super) fn is_leased_to(&self, me: u64) -> bool {
-        self.owner.load(Relaxed) == me
+    /// Whether `thread` leases the region. Only `thread` (or `&mut` to the
+    /// allocator) stores `thread`, so a thread reads its own lease right.
+    pub(super) fn is_leased_to(&self, thread: u64) -> bool {
+        self.owner.load(Relaxed) == thread
     }
 
     /// Bytes the region holds.
     pub(super) fn held(&self) -> usize {
-        self.hot.held.load(Relaxed)
+        self.bump.held.load(Relaxed)
     }
 
-    /// Bytes requested here and not yet folded.
+    /// Bytes requested here and not yet flushed.
     pub(super) fn live(&self) -> usize {
-        self.hot.live.load(Relaxed)
+        self.bump.live.load(Relaxed)
     }
 
-    /// Requests served here and not yet folded.
+    /// Requests served here and not yet flushed.
     pub(super) fn count(&self) -> usize {
-        self.hot.count.load(Relaxed)
+        self.bump.count.load(Relaxed)
     }
 
     /// Where the region is, for a checkpoint; `None` if it has nothing to
     /// come back to. Under requests from another thread the fields may be
     /// read a little apart; [`rewind`](Leased::rewind) clamps.
     pub(super) fn mark(&self) -> Option<Mark> {
-        let hot = &self.hot;
+        let bump = &self.bump;
         let mark = Mark {
             region: self,
-            chunk: hot.chunk.load(Relaxed),
-            cursor: hot.cursor.load(Relaxed),
-            before: hot.before.load(Relaxed),
-            live: hot.live.load(Relaxed),
+            chunk: bump.chunk.load(Relaxed),
+            cursor: bump.cursor.load(Relaxed),
+            used_before: bump.used_before.load(Relaxed),
+            live: bump.live.load(Relaxed),
         };
         (mark.chunk != 0 || mark.cursor != 0 || mark.live != 0).then_some(mark)
     }
@@ -230,12 +255,12 @@ impl<'a> Leased<'a> {
         Leased(region)
     }
 
-    /// The hot fields and the chunks, to change them.
-    pub(super) fn cold(&mut self) -> (&Hot, &mut Cold) {
-        // SAFETY: `cold` is reached only here, through `&mut` to the one
+    /// The bump state and the chunk list, to change them.
+    pub(super) fn parts(&mut self) -> (&BumpState, &mut ChunkList) {
+        // SAFETY: `list` is reached only here, through `&mut` to the one
         // guard of the region (`Leased::new`'s contract), so this is the
         // only reference to it until the borrow of `self` ends.
-        (&self.0.hot, unsafe { &mut *self.0.cold.get() })
+        (&self.0.bump, unsafe { &mut *self.0.list.get() })
     }
 
     /// Carves `layout` from the current chunk, or `None` if it does not fit.
@@ -255,9 +280,9 @@ impl<'a> Leased<'a> {
     #[inline(always)]
     pub(super) unsafe fn bump_raw(&mut self, size: usize, align: usize) -> Option<NonNull<[u8]>> {
         debug_assert!(align & align.wrapping_sub(1) == 0);
-        let hot = &self.0.hot;
-        let base = hot.base.load(Relaxed);
-        let cursor = hot.cursor.load(Relaxed);
+        let bump = &self.0.bump;
+        let base = bump.base.load(Relaxed);
+        let cursor = bump.cursor.load(Relaxed);
         let pad = base.addr().wrapping_add(cursor).wrapping_neg() & align.wrapping_sub(1);
         // No overflow: `cursor <= limit <= isize::MAX` and `pad < align <=
         // 2^(usize::BITS - 1)`; `size` is checked. With `align` 0 (a mask of
@@ -265,14 +290,14 @@ impl<'a> Leased<'a> {
         // non-zero and in the address space), past the chunk's end.
         let start = cursor + pad;
         let end = start.checked_add(size)?;
-        if end > hot.limit.load(Relaxed) {
+        if end > bump.limit.load(Relaxed) {
             return None;
         }
-        hot.cursor.store(end, Relaxed);
+        bump.cursor.store(end, Relaxed);
         // No overflow: live bytes sit in chunks.
-        hot.live.store(hot.live.load(Relaxed) + size, Relaxed);
-        hot.count
-            .store(hot.count.load(Relaxed).wrapping_add(1), Relaxed);
+        bump.live.store(bump.live.load(Relaxed) + size, Relaxed);
+        bump.count
+            .store(bump.count.load(Relaxed).wrapping_add(1), Relaxed);
         // `wrapping_add`: a region without a chunk has a dangling `base`,
         // where a zero-sized request may land; otherwise it equals `add`.
         let ptr = base.wrapping_add(start);
@@ -290,46 +315,46 @@ impl<'a> Leased<'a> {
     /// holds it.
     #[inline]
     pub(super) fn extend(&mut self, ptr: *const u8, old: usize, new: usize) -> Extend {
-        let hot = &self.0.hot;
-        let cursor = hot.cursor.load(Relaxed);
+        let bump = &self.0.bump;
+        let cursor = bump.cursor.load(Relaxed);
         // Addresses, not offsets: `ptr` may be of another chunk, even one
         // that ends where the current one starts (hence `old <= cursor`).
         if old > cursor
-            || ptr.addr().wrapping_add(old) != hot.base.load(Relaxed).addr().wrapping_add(cursor)
+            || ptr.addr().wrapping_add(old) != bump.base.load(Relaxed).addr().wrapping_add(cursor)
         {
             return Extend::NotNewest;
         }
         // No overflow: `old <= cursor`, and `new - old` is at most
         // `isize::MAX`.
         let end = cursor - old + new;
-        if end > hot.limit.load(Relaxed) {
+        if end > bump.limit.load(Relaxed) {
             return Extend::NoRoom(end - cursor);
         }
-        hot.cursor.store(end, Relaxed);
-        hot.live
-            .store(hot.live.load(Relaxed) + (new - old), Relaxed);
+        bump.cursor.store(end, Relaxed);
+        bump.live
+            .store(bump.live.load(Relaxed) + (new - old), Relaxed);
         Extend::Done
     }
 
     /// Whether the region's current chunk is a reservation (which grows in
     /// place), not a heap block.
     pub(super) fn is_mapped(&mut self) -> bool {
-        let (hot, cold) = self.cold();
-        matches!(cold.chunks.get(hot.position().0), Some(Chunk::Mapped(_)))
+        let (bump, list) = self.parts();
+        matches!(list.chunks.get(bump.position().0), Some(Chunk::Mapped(_)))
     }
 
     /// Counts a zero-sized request served without carving, or (`-bytes`,
     /// a canary) takes carved bytes off the live count.
     pub(super) fn count_request(&mut self, live_delta: isize) {
-        let hot = &self.0.hot;
-        hot.count.store(
-            hot.count
+        let bump = &self.0.bump;
+        bump.count.store(
+            bump.count
                 .load(Relaxed)
                 .wrapping_add(usize::from(live_delta == 0)),
             Relaxed,
         );
-        hot.live.store(
-            hot.live.load(Relaxed).wrapping_add_signed(live_delta),
+        bump.live.store(
+            bump.live.load(Relaxed).wrapping_add_signed(live_delta),
             Relaxed,
         );
     }
@@ -343,43 +368,49 @@ impl<'a> Leased<'a> {
         self.0.owner.store(next, Release);
     }
 
-    /// Whether a reset needs nothing of [`settle`](Self::settle): the
+    /// Whether a reset needs nothing of
+    /// [`keep_one_chunk`](Self::keep_one_chunk): the
     /// region has one chunk (or none), the usual case.
     #[inline]
-    pub(super) fn settled(&mut self) -> bool {
-        self.cold().1.chunks.len() <= 1
+    pub(super) fn has_one_chunk(&mut self) -> bool {
+        self.parts().1.chunks.len() <= 1
     }
 
-    /// Ends the window: the counters folded, back to the start of the
-    /// current chunk; the caller settles it unless it is
-    /// [`settled`](Self::settled), and [`unlease`](Self::unlease)s it.
+    /// Ends the window: the counters flushed, back to the start of the
+    /// current chunk; the caller keeps one chunk unless it
+    /// [`has_one_chunk`](Self::has_one_chunk), and [`unlease`](Self::unlease)s it.
     /// `first_chunk`: the caller knows the window stayed in the first chunk.
     /// Returns the bytes that were live.
     #[inline]
     pub(super) fn reset(&mut self, first_chunk: bool, totals: &mut Totals) -> usize {
-        let (hot, cold) = self.cold();
-        let before = if first_chunk { 0 } else { hot.before() };
-        let folded = hot.fold(cold, 0, before, totals);
-        hot.cursor.store(0, Relaxed);
-        folded
+        let (bump, list) = self.parts();
+        let used_before = if first_chunk { 0 } else { bump.used_before() };
+        let flushed = bump.flush(list, 0, used_before, totals);
+        bump.cursor.store(0, Relaxed);
+        flushed
     }
 
     /// Goes back to `mark`, or with none (the region was empty at the
     /// checkpoint) to its start, leased to `next` as at a reset. Chunks
     /// taken since stay, for the region's next growth this window.
     pub(super) fn rewind(mut self, mark: Option<&Mark>, next: u64, totals: &mut Totals) -> usize {
-        let (hot, cold) = self.cold();
-        let m = mark.map_or((0, 0, 0, 0), |m| (m.chunk, m.cursor, m.before, m.live));
+        let (bump, list) = self.parts();
+        let m = mark.map_or((0, 0, 0, 0), |m| (m.chunk, m.cursor, m.used_before, m.live));
         // Clamped to what the region has: a mark read while the region grew.
-        let chunk = m.0.min(cold.chunks.len().saturating_sub(1));
-        let before = if chunk == 0 { 0 } else { m.2 };
-        let cursor = cold.chunks.get(chunk).map_or(0, |c| m.1.min(c.usable()));
-        let folded = hot.fold(cold, m.3.min(hot.live.load(Relaxed)), hot.before(), totals);
-        hot.install(cold.chunks.get(chunk), chunk, cursor, before);
+        let chunk = m.0.min(list.chunks.len().saturating_sub(1));
+        let used_before = if chunk == 0 { 0 } else { m.2 };
+        let cursor = list.chunks.get(chunk).map_or(0, |c| m.1.min(c.usable()));
+        let flushed = bump.flush(
+            list,
+            m.3.min(bump.live.load(Relaxed)),
+            bump.used_before(),
+            totals,
+        );
+        bump.install(list.chunks.get(chunk), chunk, cursor, used_before);
         if mark.is_none() {
             self.unlease(next);
         }
-        folded
+        flushed
     }
 
     /// After a reset, for a region with several chunks (it moved this
@@ -389,37 +420,37 @@ impl<'a> Leased<'a> {
     /// block doubled to get through one window is not kept for good — or
     /// none (its next request takes one sized to the peak), and gives the
     /// others back. One chunk serves each window from then on.
-    pub(super) fn settle(&mut self, books: &Books) {
-        if self.settled() {
+    pub(super) fn keep_one_chunk(&mut self, account: &Account) {
+        if self.has_one_chunk() {
             return;
         }
-        let (hot, cold) = self.cold();
-        let chunks = &mut cold.chunks;
-        let most = size_class(cold.peak).map_or(usize::MAX, |class| class + class / 4);
+        let (bump, list) = self.parts();
+        let chunks = &mut list.chunks;
+        let most = size_class(list.peak).map_or(usize::MAX, |class| class + class / 4);
         let keep = (0..chunks.len())
-            .filter(|&i| chunks[i].holds(cold.peak, most))
+            .filter(|&i| chunks[i].holds(list.peak, most))
             .min_by_key(|&i| chunks[i].capacity());
         if let Some(i) = keep {
             chunks.swap(0, i);
         }
-        books.give_back_all(chunks, usize::from(keep.is_some()));
-        hot.install(chunks.first(), 0, 0, 0);
-        hot.sync_held(cold);
+        account.give_back_all(chunks, usize::from(keep.is_some()));
+        bump.install(chunks.first(), 0, 0, 0);
+        bump.sync_held(list);
     }
 
     /// Gives back what is not in use — the chunks after the current one, the
     /// pages above the cursor — and forgets the peak, so the region grows to
     /// what its thread uses from now on.
-    pub(super) fn trim(&mut self, books: &Books) {
-        let (hot, cold) = self.cold();
-        let (current, cursor) = hot.position();
-        cold.peak = hot.before() + cursor;
-        books.give_back_all(&mut cold.chunks, current + 1);
-        if let Some(Chunk::Mapped(m)) = cold.chunks.get_mut(current) {
-            books.decommit(m, cursor);
-            hot.limit.store(m.committed(), Relaxed);
+    pub(super) fn trim(&mut self, account: &Account) {
+        let (bump, list) = self.parts();
+        let (current, cursor) = bump.position();
+        list.peak = bump.used_before() + cursor;
+        account.give_back_all(&mut list.chunks, current + 1);
+        if let Some(Chunk::Mapped(m)) = list.chunks.get_mut(current) {
+            account.decommit(m, cursor);
+            bump.limit.store(m.committed(), Relaxed);
         }
-        hot.sync_held(cold);
+        bump.sync_held(list);
     }
 
     /// Gives back the region's memory down to at most `keep` bytes (whole
@@ -427,18 +458,18 @@ impl<'a> Leased<'a> {
     /// range; a heap block cannot shrink, so it goes), or all of it with
     /// `None`, and lowers its peak to match: for the budget rule, the retain
     /// cap and `release`. Nothing in the region may be in use.
-    pub(super) fn shed(&mut self, books: &Books, keep: Option<usize>) {
-        let (hot, cold) = self.cold();
-        let keep_first = keep.is_some() && matches!(cold.chunks.first(), Some(Chunk::Mapped(_)));
-        books.give_back_all(&mut cold.chunks, usize::from(keep_first));
+    pub(super) fn give_back(&mut self, account: &Account, keep: Option<usize>) {
+        let (bump, list) = self.parts();
+        let keep_first = keep.is_some() && matches!(list.chunks.first(), Some(Chunk::Mapped(_)));
+        account.give_back_all(&mut list.chunks, usize::from(keep_first));
         // Rounded down: a decommit keeps the page `keep` ends in.
         let keep = keep.unwrap_or(0) & !(page_size() - 1);
-        if let Some(Chunk::Mapped(m)) = cold.chunks.first_mut() {
-            books.decommit(m, keep);
+        if let Some(Chunk::Mapped(m)) = list.chunks.first_mut() {
+            account.decommit(m, keep);
         }
-        cold.peak = cold.peak.min(keep);
-        hot.install(cold.chunks.first(), 0, 0, 0);
-        hot.sync_held(cold);
+        list.peak = list.peak.min(keep);
+        bump.install(list.chunks.first(), 0, 0, 0);
+        bump.sync_held(list);
     }
 }
 
@@ -451,14 +482,14 @@ impl Deref for Leased<'_> {
     }
 }
 
-impl Hot {
+impl BumpState {
     /// Points the fast path at `chunk` (number `index`), at `cursor`.
     pub(super) fn install(
         &self,
         chunk: Option<&Chunk>,
         index: usize,
         cursor: usize,
-        before: usize,
+        used_before: usize,
     ) {
         let (base, limit) = chunk.map_or((ptr::dangling_mut(), 0), |c| {
             (c.base().as_ptr(), c.usable())
@@ -468,7 +499,7 @@ impl Hot {
         self.limit.store(limit, Relaxed);
         self.cursor.store(cursor, Relaxed);
         self.chunk.store(index, Relaxed);
-        self.before.store(before, Relaxed);
+        self.used_before.store(used_before, Relaxed);
     }
 
     /// The current chunk's index and the cursor in it.
@@ -478,8 +509,8 @@ impl Hot {
     }
 
     #[inline]
-    pub(super) fn before(&self) -> usize {
-        self.before.load(Relaxed)
+    pub(super) fn used_before(&self) -> usize {
+        self.used_before.load(Relaxed)
     }
 
     /// Makes a commit in place known to the fast path.
@@ -488,23 +519,29 @@ impl Hot {
     }
 
     /// Recounts what the region holds, after its chunks changed.
-    pub(super) fn sync_held(&self, cold: &Cold) {
+    pub(super) fn sync_held(&self, list: &ChunkList) {
         self.held
-            .store(cold.chunks.iter().map(Chunk::usable).sum(), Relaxed);
+            .store(list.chunks.iter().map(Chunk::usable).sum(), Relaxed);
     }
 
-    /// Folds the counters down to `keep_live` live bytes; notes the peak,
-    /// `before` (or 0, for a window known to have stayed in the first
+    /// Flushes the counters into `totals`, down to `keep_live` live bytes;
+    /// notes the peak, `used_before` (or 0, for a window known to have stayed in the first
     /// chunk, which saves a reset two instructions) plus the cursor.
     #[inline]
-    fn fold(&self, cold: &mut Cold, keep_live: usize, before: usize, totals: &mut Totals) -> usize {
-        debug_assert!(before == self.before());
+    fn flush(
+        &self,
+        list: &mut ChunkList,
+        keep_live: usize,
+        used_before: usize,
+        totals: &mut Totals,
+    ) -> usize {
+        debug_assert!(used_before == self.used_before());
         let live = self.live.load(Relaxed);
         totals.allocations += self.count.load(Relaxed) as u64;
         totals.bytes_requested += (live - keep_live) as u64;
         self.count.store(0, Relaxed);
         self.live.store(keep_live, Relaxed);
-        cold.peak = cold.peak.max(before + self.cursor.load(Relaxed));
+        list.peak = list.peak.max(used_before + self.cursor.load(Relaxed));
         live
     }
 }
@@ -515,8 +552,8 @@ impl Hot {
 /// that alignment is the same from any 4 KiB-aligned offset, so the peak is
 /// what one chunk needs to hold the window — more than any chunk the region
 /// outgrew — without the padding a coarser page would count.
-pub(super) fn before_next(hot: &Hot, layout: Layout) -> usize {
+pub(super) fn used_before_next(bump: &BumpState, layout: Layout) -> usize {
     const GRAIN: usize = 4096;
-    let used = hot.before() + hot.cursor.load(Relaxed);
+    let used = bump.used_before() + bump.cursor.load(Relaxed);
     used.next_multiple_of(GRAIN) + layout.align().saturating_sub(GRAIN)
 }

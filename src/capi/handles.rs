@@ -3,7 +3,7 @@
 //! In release builds a handle is a plain `Box` pointer: a call checks it for
 //! NULL and uses it. In checked builds (debug builds, and release builds with
 //! the `capi-checked` feature: `cfg(capi_checked)`, set by build.rs) two
-//! books turn the misuses C cannot be stopped from into an error code
+//! records turn the misuses C cannot be stopped from into an error code
 //! instead of undefined behaviour:
 //!
 //! - **A registry of live handles** (address and kind). A call looks its
@@ -46,7 +46,7 @@ pub struct tempalloc_allocator {
     /// Nothing beside it: C's checkpoints are the allocator's own
     /// ([`CachingAllocator::checkpoint`]), handed to C as plain data and
     /// made [`Checkpoint`](crate::Checkpoint)s again for the rewind, which
-    /// checks them against the allocator's books of open checkpoints.
+    /// checks them against the allocator's records of open checkpoints.
     temp: ManuallyDrop<CachingAllocator>,
     /// Checked builds: the calls in flight (see the module docs).
     #[cfg(capi_checked)]
@@ -304,7 +304,7 @@ unsafe fn free<H: Handle>(p: *mut H) {
     drop(unsafe { Box::from_raw(p) });
 }
 
-/// The checked builds' books: the registry of live handles and the counter
+/// The checked builds' records: the registry of live handles and the counter
 /// of calls in flight.
 #[cfg(capi_checked)]
 mod debug {

@@ -42,9 +42,9 @@ mod workloads;
 use core::fmt;
 use std::io::{self, BufWriter, Write};
 
+pub use crate::caching::Plan;
 pub use compare::{Comparison, compare, compare_counting};
 pub use parse::ParseError;
-pub use plan::Plan;
 pub use replay::ReplayStats;
 pub use workloads::{Decode, Mixed, Steady, decode, mixed, steady, workload};
 

@@ -1,6 +1,6 @@
 //! The generator and the median the workloads and [`compare`](super::compare())
-//! use. Private to the crate (issue 20: a random generator and a median are
-//! not what this crate is for); the examples, benchmarks and demo include
+//! use. Private to the crate (a random generator and a median are not what
+//! this crate is for); the examples, benchmarks and demo include
 //! this file with `#[path = ".../src/trace/numbers.rs"] mod numbers;`, so it
 //! uses nothing from the crate.
 

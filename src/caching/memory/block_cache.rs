@@ -7,10 +7,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use super::block::{Block, BlockOptions, size_class, size_class_at_most};
+use super::chunk::Chunk;
+use super::ledger::{Charge, Ledger};
 use crate::Error;
-use crate::block::{Block, BlockOptions, size_class, size_class_at_most};
-use crate::chunk::Chunk;
-use crate::ledger::{Charge, Ledger};
 use crate::os::{Mapping, page_size};
 
 /// The memory behind [`CachingAllocator`](crate::CachingAllocator)s, shared
@@ -426,7 +426,7 @@ impl BlockCache {
             self.refusals.fetch_add(1, Relaxed);
             return Ok(None);
         }
-        charge.keep();
+        charge.keep_all();
         self.ledger.system_allocations.fetch_add(1, Relaxed);
         Ok(Some(bytes))
     }
@@ -526,7 +526,7 @@ impl BlockCache {
             return Err(oom);
         }
         let block = Block::allocate(size, options.block).map_err(|_| oom)?;
-        charge.keep();
+        charge.keep_all();
         self.ledger.system_allocations.fetch_add(1, Relaxed);
         self.heap_blocks.fetch_add(1, Relaxed);
         Ok(Taken {
@@ -548,7 +548,7 @@ impl BlockCache {
         let before = frees.load(Relaxed);
         let mut idle = self.idle();
         if idle.try_reserve(1).is_err() {
-            // No room in the books: freed rather than kept (never an abort).
+            // No room in the idle list: freed rather than kept (never an abort).
             self.ledger.release(chunk.usable());
             frees.fetch_add(1, Relaxed);
             return 1;

@@ -20,7 +20,7 @@ use crate::os::page_size;
 pub(crate) struct Ledger {
     limit: Option<usize>,
     held: AtomicUsize,
-    /// Charges being made or not yet settled: bytes that may count as held
+    /// Charges being made or not yet kept: bytes that may count as held
     /// for memory that is then not taken (the system refused it). A refusal
     /// waits until there are none, so it is never for such bytes.
     pending: AtomicUsize,
@@ -30,11 +30,11 @@ pub(crate) struct Ledger {
     pub(crate) misses: AtomicU64,
 }
 
-/// Bytes a [`Ledger`] counts as held for memory being taken. [`settle`]
-/// it with what was taken; dropped unsettled (an error, a refusal by the
+/// Bytes a [`Ledger`] counts as held for memory being taken. [`keep`]
+/// what was taken; dropped without a keep (an error, a refusal by the
 /// system), it takes all of them back.
 ///
-/// [`settle`]: Charge::settle
+/// [`keep`]: Charge::keep
 #[must_use = "a charge is taken back when dropped"]
 pub(crate) struct Charge<'a> {
     ledger: &'a Ledger,
@@ -126,7 +126,7 @@ impl Ledger {
                 }
             };
             self.pending.fetch_sub(1, SeqCst);
-            // No other charge pending (a settled one's bytes are visible
+            // No other charge pending (a kept one's bytes are visible
             // once its end is: `Charge::drop`), and nothing given back since
             // the refusal: it stands.
             let settled = self.pending.load(SeqCst) == 0;
@@ -159,14 +159,14 @@ impl Charge<'_> {
     }
 
     /// Ends the charge with all its bytes taken.
-    pub(crate) fn keep(self) {
+    pub(crate) fn keep_all(self) {
         let bytes = self.bytes;
-        self.settle(bytes);
+        self.keep(bytes);
     }
 
     /// Ends the charge with `used` of its bytes taken (at most what was
     /// charged); the rest is taken back.
-    pub(crate) fn settle(mut self, used: usize) {
+    pub(crate) fn keep(mut self, used: usize) {
         debug_assert!(
             used <= self.bytes,
             "{used} used of a {}-byte charge",

@@ -1,4 +1,4 @@
-//! [`Books`]: what an allocator took through its cache, under its own
+//! [`Account`]: what an allocator took through its cache, under its own
 //! limit, kept in atomics so that a region grows without the allocator's
 //! lock.
 
@@ -6,25 +6,25 @@ use core::alloc::Layout;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::memory::block::{size_class, size_class_at_most};
+use super::memory::block_cache::{BlockCache, ChunkOptions};
+use super::memory::chunk::Chunk;
+use super::memory::ledger::Ledger;
 use crate::Error;
-use crate::block::{size_class, size_class_at_most};
-use crate::block_cache::{BlockCache, ChunkOptions};
-use crate::chunk::Chunk;
-use crate::ledger::Ledger;
 use crate::os::{Mapping, page_size};
 
 /// The allocator's account at its cache, under its own limit. Atomics, so
 /// that a region grows without the allocator's lock.
-pub(super) struct Books {
+pub(super) struct Account {
     pub cache: Arc<BlockCache>,
     /// Under `CachingConfig::max_bytes`: this allocator's, within the
     /// cache's.
     pub ledger: Ledger,
 }
 
-impl Books {
+impl Account {
     pub(super) fn new(cache: Arc<BlockCache>, limit: Option<usize>) -> Self {
-        Books {
+        Account {
             cache,
             ledger: Ledger::new(limit),
         }
@@ -88,7 +88,7 @@ impl Books {
         // An idle chunk may hold more than asked: counted too, or, if that
         // does not fit and it is a reservation, decommitted down to `want`.
         let used = taken.chunk.usable().min(want);
-        charge.settle(used);
+        charge.keep(used);
         let extra = taken.chunk.usable() - used;
         if extra > 0 {
             let counted = match self.ledger.charge(extra, extra, |b| b, request) {
@@ -102,7 +102,7 @@ impl Books {
                 }
             };
             match counted {
-                Ok(charge) => charge.keep(),
+                Ok(charge) => charge.keep_all(),
                 Err(e) => {
                     self.ledger.release(used);
                     self.cache.give_back(taken.chunk);
@@ -141,7 +141,7 @@ impl Books {
             .cache
             .commit(m, need, now + charge.bytes(), prefault, request)?;
         let bytes = committed.unwrap_or(0);
-        charge.settle(bytes);
+        charge.keep(bytes);
         (self.ledger.system_allocations).fetch_add(u64::from(bytes != 0), Relaxed);
         Ok(committed.is_some())
     }

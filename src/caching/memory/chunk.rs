@@ -3,7 +3,7 @@
 
 use core::ptr::NonNull;
 
-use crate::block::Block;
+use super::block::Block;
 use crate::os::Mapping;
 
 /// Memory a region bumps through. The first [`usable`](Chunk::usable) bytes
