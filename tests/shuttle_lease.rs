@@ -74,9 +74,9 @@ struct Region {
     id: usize,
     /// `Region::owner`.
     owner: AtomicU64,
-    /// `Hot::cursor`: units used this window.
+    /// `BumpState::cursor`: units used this window.
     cursor: AtomicUsize,
-    /// `Hot::held`: units committed.
+    /// `BumpState::held`: units committed.
     held: AtomicUsize,
     seen: Ghost<Seen>,
 }
@@ -192,9 +192,9 @@ impl Region {
         fits
     }
 
-    /// `Leased::shed` (`region.rs`): gives back all the region's memory. The
+    /// `Leased::give_back` (`region.rs`): gives back all the region's memory. The
     /// caller holds the reclaiming lease.
-    fn shed(&self, books: &AtomicUsize) {
+    fn give_back(&self, books: &AtomicUsize) {
         {
             let mut seen = self.seen.lock().unwrap();
             assert_eq!(
@@ -229,7 +229,7 @@ struct Thread {
 type Marks = Vec<(usize, usize)>;
 
 /// `CachingAllocator`: the window token, the lock over the region list,
-/// `Books::held` and the limit.
+/// `Ledger::held` and the limit.
 struct Allocator {
     /// `CachingAllocator::window`: written only by `reset` and `rewind`
     /// (`&mut self`), so here only while no other model thread runs.
@@ -238,9 +238,9 @@ struct Allocator {
     next_window: AtomicU64,
     /// `lease::NEXT_SERIAL`.
     next_serial: AtomicU64,
-    /// `Shared::regions`, behind the allocator's lock.
+    /// `LockedState::regions`, behind the allocator's lock.
     regions: Mutex<Vec<Arc<Region>>>,
-    /// `Books::held`: units taken, charged with one atomic.
+    /// `Ledger::held`: units taken, charged with one atomic.
     held: AtomicUsize,
     /// `max_bytes`, in units.
     limit: usize,
@@ -364,7 +364,7 @@ impl Allocator {
 
     /// `CachingAllocator::lease`: the thread's last region if it is free or
     /// still its own (lock-free), else, under the lock, `lease_any`; then
-    /// `lease::remember`.
+    /// `lease::record`.
     fn lease(&self, t: &mut Thread) -> Arc<Region> {
         let region = match t.region.clone() {
             Some(last) if last.lease(t.serial, self.mutation) => {
@@ -504,13 +504,13 @@ impl Allocator {
                 .max_by_key(|r| r.held());
             let Some(largest) = largest else { break };
             if self.mutation == Mutation::ReclaimLeased {
-                largest.shed(&self.held);
+                largest.give_back(&self.held);
             } else if self.mutation == Mutation::ReclaimWithoutCas {
                 if largest.is_free() {
-                    largest.shed(&self.held);
+                    largest.give_back(&self.held);
                 }
             } else if largest.lease(RECLAIMING, self.mutation) {
-                largest.shed(&self.held);
+                largest.give_back(&self.held);
                 largest.unlease();
                 self.coverage.note(Event::Reclaimed);
             } else {

@@ -195,7 +195,7 @@ impl CachingConfig {
     /// cost is the allocator's lock each time a thread moves on, and the
     /// unused tail of each region a thread leaves. About the window's
     /// high-water mark over four times the workers serves well (16 KiB for
-    /// `tests/all/work.rs`'s 427 KB window at 8 workers). Without a limit
+    /// `tests/all/memory/work.rs`'s 427 KB window at 8 workers). Without a limit
     /// only: under [`max_bytes`](Self::max_bytes()) each thread grows its
     /// own region. On reservations only: a region on heap blocks (see
     /// [`reserve`](Self::reserve())) chains them and keeps one block at
