@@ -76,7 +76,9 @@ for t in "$@"; do
   for r in $(seq "${ROUNDS:-5}"); do
     echo "round $r static"; run "$w/et_replay_static" "$so" "$t" "${ET_REPEAT:-5}" 10485760
     echo "round $r dlopen"; TEMPALLOC_SO=$dl run "$w/et_replay" "$so" "$t" "${ET_REPEAT:-5}" 10485760
-  done | tee /dev/stderr | awk -v t="$(basename "$t" .trace)" '
+  done > "$w/runs.txt"
+  cat "$w/runs.txt"
+  awk -v t="$(basename "$t" .trace)" '
     function median(a, k,   i, j, x) {
       for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j > 0 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
       return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
@@ -91,5 +93,5 @@ for t in "$@"; do
       for (i = 1; i <= k["static"]; i++) { s[i] = ta["static", i]; d[i] = ta["dlopen", i] }
       printf "%-8s medians of %d interleaved runs over the bump floor: tempalloc static %.2fx, dlopen %.2fx; ExecuTorch %.2fx\n",
         t, k["static"], median(s, k["static"]), median(d, k["dlopen"]), median(et, k["static"])
-    }' >&2
+    }' "$w/runs.txt"
 done
