@@ -296,10 +296,10 @@ fn a_failed_block_allocation_leaves_earlier_buffers_intact() {
     }
 }
 
-/// The allocator's own books, when the global allocator has no memory: an
-/// `OutOfMemory` error, never an abort, and the allocator works once
-/// memory is back.
-mod the_books {
+/// The allocator's own records (its region list, its checkpoints), when
+/// the global allocator has no memory: an `OutOfMemory` error, never an
+/// abort, and the allocator works once memory is back.
+mod the_records {
     use super::*;
     use crate::counting::failing_from;
 
@@ -346,7 +346,7 @@ mod the_books {
     }
 
     #[test]
-    fn a_checkpoint_past_the_books_without_memory_is_an_error() {
+    fn a_checkpoint_past_the_records_without_memory_is_an_error() {
         let mut temp = CachingAllocator::with_config(CachingConfig::default());
         KernelContext::new(&temp).scratch::<u8>(100).unwrap();
         let open: Vec<_> = (0..8).map(|_| temp.checkpoint().unwrap()).collect();

@@ -73,7 +73,7 @@ fn a_refused_commit_moves_the_region_and_loses_nothing() {
 }
 
 #[test]
-fn a_refused_decommit_keeps_the_books_and_the_region_still_grows() {
+fn a_refused_decommit_keeps_the_counts_and_the_region_still_grows() {
     // A review found `trim` at a boundary a 16 KiB kernel rejects lowering
     // `bytes_held` with nothing freed, after which every growth of the
     // region failed. The books must follow what the system did.

@@ -76,7 +76,7 @@ fn checkpoints_nest_and_each_rewind_returns_to_its_own_mark() {
 }
 
 #[test]
-fn checkpoints_nest_deeper_than_the_books_made_room_for() {
+fn checkpoints_nest_deeper_than_the_records_made_room_for() {
     // The books have room for 8 open checkpoints from the start; deeper
     // ones make room (fallibly: `checkpoint` returns a `Result`).
     let depth = 20;

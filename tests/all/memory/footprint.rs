@@ -350,7 +350,7 @@ fn after_trim_held_follows_what_later_windows_use() {
 /// becomes FREE for the next thread (debug builds also assert, at every
 /// short reset, that nothing of these happened).
 #[test]
-fn after_plain_windows_a_reset_still_undoes_whatever_the_window_did() {
+fn after_short_reset_windows_a_reset_still_undoes_whatever_the_window_did() {
     let config = fast()
         .reserve(None)
         .min_block_size(4 * page())

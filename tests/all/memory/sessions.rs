@@ -108,7 +108,7 @@ fn a_refused_commit_on_an_idle_reservation_moves_to_other_memory() {
 /// After random windows (threads, trims, releases, rewinds, limits, retain
 /// caps), an allocator with a cache of its own holds what the cache holds.
 #[test]
-fn the_books_match_the_cache_after_random_windows() {
+fn the_counts_match_the_cache_after_random_windows() {
     let p = page();
     let mut seed = 0x9e3779b97f4a7c15u64;
     let mut rnd = move |n: u64| {
@@ -181,7 +181,7 @@ fn the_books_match_the_cache_after_random_windows() {
 /// random requests, resets, rewinds, trims, releases, injected failures and
 /// refused commits and decommits: the books balance, and no limit is passed.
 #[test]
-fn shared_cache_books_balance_under_faults() {
+fn shared_cache_counts_balance_under_faults() {
     use tempalloc::testing::{fail_nth_allocation, refuse_system_calls};
     let p = page();
     let mut seed = 0x2545f4914f6cdd1du64;
