@@ -122,6 +122,31 @@ pub unsafe extern "C" fn tempalloc_allocate(
     alignment: usize,
     error: *mut tempalloc_error,
 ) -> *mut c_void {
+    // SAFETY: the caller's guarantees are `fast`'s.
+    if let Some(p) = unsafe { fast(alloc, size, alignment) } {
+        // SAFETY: the caller guarantees `error` is NULL or writable.
+        unsafe { put(error, TEMPALLOC_OK) };
+        return p;
+    }
+    // SAFETY: as above.
+    unsafe { allocate_cold(alloc, size, alignment, error) }
+}
+
+/// [`tempalloc_allocate`] past its fast path. Apart, and a tail call, so
+/// that the fast path saves no register and sets up no frame: the handle
+/// check, the layout and the error are made here.
+///
+/// # Safety
+///
+/// As [`tempalloc_allocate`].
+#[cold]
+#[inline(never)]
+unsafe fn allocate_cold(
+    alloc: *const tempalloc_allocator,
+    size: usize,
+    alignment: usize,
+    error: *mut tempalloc_error,
+) -> *mut c_void {
     // SAFETY: the caller's guarantees are `allocate`'s.
     match unsafe { allocate(alloc, size, alignment) } {
         Ok(p) => {
