@@ -105,7 +105,8 @@ pub struct KernelContext<'a> {
     /// context while its kernels rewind the allocator through `&mut`, which
     /// a stored `&'a` would not survive. Each call makes a `&` for itself.
     temp: Option<NonNull<dyn TempAllocator + 'a>>,
-    /// The same allocator when the context makes its requests itself.
+    /// The same allocator's fast-path state (its first field) when the
+    /// context makes its requests itself.
     fast: Fast<'a>,
     failure: FailureSlot,
     /// The last request refused through the `Allocator` trait: its numbers,
@@ -116,9 +117,10 @@ pub struct KernelContext<'a> {
 }
 
 // SAFETY: the context is a `&'a dyn TempAllocator` (which is `Send` and
-// `Sync`, as every `TempAllocator` is `Sync`) kept as a pointer, the same
-// allocator as a `CachingAllocator` or `FixedAllocator` pointer (both
-// `Sync`), and a `FailureSlot`, which is `Send` and `Sync`.
+// `Sync`, as every `TempAllocator` is `Sync`) kept as a pointer, the first
+// field of the same allocator, a `CachingAllocator` or `FixedAllocator`
+// (both `Sync`), as a pointer that reaches nothing else, and a
+// `FailureSlot`, which is `Send` and `Sync`.
 unsafe impl Send for KernelContext<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for KernelContext<'_> {}
@@ -184,9 +186,10 @@ impl<'a> KernelContext<'a> {
         let answer = unsafe { temp.as_ref() }.fast_path();
         // Pointers made from `temp`, not from the reference (which the
         // frame's `&mut` to the allocator, between the context's calls,
-        // would invalidate), and only where the answer is the allocator at
-        // `temp` itself (`A` is `CachingAllocator` or `FixedAllocator`), so
-        // that it is one at every call.
+        // would invalidate), and only where the answer is at `temp` itself:
+        // the first field of the `#[repr(C)]` allocator there (`A` is
+        // `CachingAllocator` or `FixedAllocator`), so that `temp`, with its
+        // provenance over the whole allocator, stands for it at every call.
         let fast = match answer {
             #[cfg(feature = "std")]
             FastPath::Caching(c) if ptr::addr_eq(c, temp.as_ptr()) => Fast::caching(temp.cast()),

@@ -4,12 +4,14 @@
 //! Only `core` is used here, so the module builds unchanged under `no_std`.
 
 use core::alloc::Layout;
+use core::fmt;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 use core::sync::atomic::AtomicUsize;
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{Acquire, Relaxed};
 
+use crate::fast_path::FixedBump;
 use crate::temp::dangling;
 use crate::{Error, Rewind, Stats, TempAllocator};
 
@@ -50,26 +52,16 @@ use crate::{Error, Rewind, Stats, TempAllocator};
 /// assert_eq!(temp.used(), 0);
 /// # Ok::<(), Error>(())
 /// ```
-#[derive(Debug)]
+#[repr(C)]
 pub struct FixedAllocator<'buf> {
-    /// The buffer's first byte; carries the provenance of the whole buffer.
-    base: NonNull<u8>,
-    /// The buffer's length in bytes.
-    capacity: usize,
-    /// Bytes used from `base`: everything below is handed out (or padding),
-    /// everything above is free. Invariant: `cursor <= capacity`.
-    cursor: AtomicUsize,
-    /// Requests served since the last reset or rewind (flushed into
-    /// `allocations` then).
-    count: AtomicUsize,
+    /// The buffer, the cursor and the counters the fast path moves: the
+    /// first field of a `#[repr(C)]` struct, so that a pointer to the
+    /// allocator stands for it (see `fast_path`).
+    bump: FixedBump<'buf>,
     /// Requests served, and bytes requested and no longer live, up to the
     /// last flush.
     allocations: u64,
     bytes_requested: u64,
-    /// Alignment padding below the cursor: the bytes live are `cursor -
-    /// padding`. Counted instead of the live bytes because most requests
-    /// need no padding, and so touch no counter but `count`.
-    padding: AtomicUsize,
     /// The most bytes live in the current window, not counting those live now
     /// (flushed in at rewind, reset and `stats`, off the fast path).
     window_max: AtomicUsize,
@@ -81,7 +73,29 @@ pub struct FixedAllocator<'buf> {
     /// Tells this allocator's checkpoints from those of an earlier allocator
     /// over the same buffer.
     id: usize,
-    _buf: PhantomData<&'buf mut [MaybeUninit<u8>]>,
+}
+
+// The fields as the derived `Debug` showed them before the fast path's
+// moved to `FixedBump`, in the same order.
+impl fmt::Debug for FixedAllocator<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bump = &self.bump;
+        f.debug_struct("FixedAllocator")
+            .field("base", &bump.base)
+            .field("capacity", &bump.capacity)
+            .field("cursor", &bump.cursor)
+            .field("count", &bump.count)
+            .field("allocations", &self.allocations)
+            .field("bytes_requested", &self.bytes_requested)
+            .field("padding", &bump.padding)
+            .field("window_max", &self.window_max)
+            .field("last_window_max", &self.last_window_max)
+            .field("high_water", &self.high_water)
+            .field("resets", &self.resets)
+            .field("id", &self.id)
+            .field("_buf", &PhantomData::<&mut [MaybeUninit<u8>]>)
+            .finish()
+    }
 }
 
 // SAFETY: the allocator owns an exclusive borrow of the buffer (a
@@ -139,25 +153,15 @@ impl<'buf> FixedAllocator<'buf> {
     /// ```
     #[must_use]
     pub fn new(buf: &'buf mut [MaybeUninit<u8>]) -> Self {
-        let capacity = buf.len();
-        // A slice is never longer than `isize::MAX` bytes, so `cursor + pad +
-        // size` below cannot overflow.
-        debug_assert!(capacity <= isize::MAX as usize);
-        let base = NonNull::from(buf).cast::<u8>();
         FixedAllocator {
-            base,
-            capacity,
-            cursor: AtomicUsize::new(0),
-            count: AtomicUsize::new(0),
+            bump: FixedBump::new(buf),
             allocations: 0,
             bytes_requested: 0,
-            padding: AtomicUsize::new(0),
             window_max: AtomicUsize::new(0),
             last_window_max: 0,
             high_water: 0,
             resets: 0,
             id: next_id(),
-            _buf: PhantomData,
         }
     }
 
@@ -173,7 +177,7 @@ impl<'buf> FixedAllocator<'buf> {
     #[inline]
     #[must_use]
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.bump.capacity
     }
 
     /// Bytes used since the last reset (or rewind), alignment padding
@@ -193,7 +197,7 @@ impl<'buf> FixedAllocator<'buf> {
     #[inline]
     #[must_use]
     pub fn used(&self) -> usize {
-        self.cursor.load(Relaxed)
+        self.bump.cursor.load(Relaxed)
     }
 
     /// The current position, to [`rewind`](Self::rewind) to later.
@@ -213,12 +217,12 @@ impl<'buf> FixedAllocator<'buf> {
         // other threads allocate, the checkpoint falls somewhere among their
         // requests, and a padding added in between may stay counted as live
         // bytes after a rewind to it; nothing else can differ.
-        let padding = self.padding.load(Acquire);
+        let padding = self.bump.padding.load(Acquire);
         FixedCheckpoint {
             id: self.id,
-            base: self.base.as_ptr().addr(),
-            capacity: self.capacity,
-            cursor: self.cursor.load(Relaxed),
+            base: self.bump.base.as_ptr().addr(),
+            capacity: self.bump.capacity,
+            cursor: self.bump.cursor.load(Relaxed),
             padding,
             resets: self.resets,
         }
@@ -250,16 +254,16 @@ impl<'buf> FixedAllocator<'buf> {
     /// when it belongs to another allocator (over another buffer, or an
     /// earlier one over this buffer). The allocator is then unchanged.
     pub fn rewind(&mut self, checkpoint: FixedCheckpoint) -> Result<(), Error> {
-        let cursor = *self.cursor.get_mut();
+        let cursor = *self.bump.cursor.get_mut();
         let ours = checkpoint.id == self.id
-            && checkpoint.base == self.base.as_ptr().addr()
-            && checkpoint.capacity == self.capacity;
+            && checkpoint.base == self.bump.base.as_ptr().addr()
+            && checkpoint.capacity == self.bump.capacity;
         if !ours {
             return Err(Error::ForeignCheckpoint);
         }
         if checkpoint.resets != self.resets
             || checkpoint.cursor > cursor
-            || checkpoint.padding > *self.padding.get_mut()
+            || checkpoint.padding > *self.bump.padding.get_mut()
         {
             return Err(Error::StaleCheckpoint {
                 taken_at: checkpoint.resets,
@@ -268,8 +272,8 @@ impl<'buf> FixedAllocator<'buf> {
         }
         self.flush_window();
         self.flush_counts(checkpoint.cursor - checkpoint.padding);
-        *self.cursor.get_mut() = checkpoint.cursor;
-        *self.padding.get_mut() = checkpoint.padding;
+        *self.bump.cursor.get_mut() = checkpoint.cursor;
+        *self.bump.padding.get_mut() = checkpoint.padding;
         Ok(())
     }
 
@@ -278,8 +282,8 @@ impl<'buf> FixedAllocator<'buf> {
     /// load sees it, the cursor load sees that move too: never negative.
     #[inline]
     fn live(&self) -> usize {
-        let padding = self.padding.load(Acquire);
-        let cursor = self.cursor.load(Relaxed);
+        let padding = self.bump.padding.load(Acquire);
+        let cursor = self.bump.cursor.load(Relaxed);
         debug_assert!(padding <= cursor);
         cursor.saturating_sub(padding)
     }
@@ -299,7 +303,7 @@ impl<'buf> FixedAllocator<'buf> {
         // count a padding as live (see `checkpoint`).
         let live = self.live();
         self.bytes_requested += live.saturating_sub(keep_live) as u64;
-        self.allocations += core::mem::take(self.count.get_mut()) as u64;
+        self.allocations += core::mem::take(self.bump.count.get_mut()) as u64;
     }
 
     /// Why `layout` does not fit: the buffer is full.
@@ -308,8 +312,8 @@ impl<'buf> FixedAllocator<'buf> {
     fn full(&self, layout: Layout) -> Error {
         Error::BudgetExceeded {
             requested: layout.size(),
-            held: self.cursor.load(Relaxed),
-            limit: self.capacity,
+            held: self.bump.cursor.load(Relaxed),
+            limit: self.bump.capacity,
         }
     }
 
@@ -320,63 +324,26 @@ impl<'buf> FixedAllocator<'buf> {
     #[inline(never)]
     fn allocate_slow(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         if layout.size() == 0 {
-            self.count.fetch_add(1, Relaxed);
+            self.bump.count.fetch_add(1, Relaxed);
             return Ok(dangling(layout));
         }
         Err(self.full(layout))
     }
 
-    /// The fast path of [`allocate`](TempAllocator::allocate), which a
-    /// [`KernelContext`](crate::KernelContext) inlines: `size` bytes (not
-    /// zero) aligned to `align` from the buffer, or `None` (then
+    /// The fast path of [`allocate`](TempAllocator::allocate): `size`
+    /// bytes (not zero) aligned to `align` from the buffer, or `None` (then
     /// `allocate` serves the request, or says why not). Any `size`,
-    /// checked or not; an `align` of 0 is never served.
+    /// checked or not; an `align` of 0 is never served. A
+    /// [`KernelContext`](crate::KernelContext) inlines the same
+    /// ([`FixedBump::fast`], on the allocator's first field).
     ///
     /// # Safety
     ///
     /// `align` is a power of two or 0.
     #[inline(always)]
     pub(crate) unsafe fn fast(&self, size: usize, align: usize) -> Option<NonNull<[u8]>> {
-        debug_assert!(align & align.wrapping_sub(1) == 0);
-        if size == 0 {
-            return None;
-        }
-        // Read once: the atomics below would make the compiler read it again.
-        let base = self.base;
-        let mut cursor = self.cursor.load(Relaxed);
-        let (start, pad) = loop {
-            debug_assert!(cursor <= self.capacity);
-            // Padding that aligns the address `base + cursor` (not the offset).
-            let pad =
-                base.as_ptr().addr().wrapping_add(cursor).wrapping_neg() & align.wrapping_sub(1);
-            // No overflow: `cursor <= capacity <= isize::MAX` and `pad <
-            // align <= 2^(usize::BITS - 1)`; `size` is checked. With `align`
-            // 0 (a mask of all ones) `start` is `2^usize::BITS - base`
-            // (`base + cursor` is non-zero and in the address space), past
-            // the buffer's end.
-            let start = cursor + pad;
-            let end = start.wrapping_add(size);
-            if end < start || end > self.capacity {
-                return None;
-            }
-            // Whoever moves the cursor past a range owns it.
-            match self
-                .cursor
-                .compare_exchange_weak(cursor, end, Relaxed, Relaxed)
-            {
-                Ok(_) => break (start, pad),
-                Err(now) => cursor = now,
-            }
-        };
-        self.count.fetch_add(1, Relaxed);
-        if pad != 0 {
-            self.padding.fetch_add(pad, Release);
-        }
-        // SAFETY: `start + size <= capacity`, so `base + start` is inside the
-        // buffer (or one past its end, impossible here as `size > 0`).
-        let ptr = unsafe { base.add(start) };
-        debug_assert_eq!(ptr.as_ptr().addr() & (align - 1), 0);
-        Some(NonNull::slice_from_raw_parts(ptr, size))
+        // SAFETY: the caller's promise is `FixedBump::fast`'s.
+        unsafe { self.bump.fast(size, align) }
     }
 }
 
@@ -415,7 +382,7 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
 
     #[inline]
     fn fast_path(&self) -> crate::temp::sealed::FastPath<'_> {
-        crate::temp::sealed::FastPath::Fixed(self)
+        crate::temp::sealed::FastPath::Fixed(&self.bump)
     }
 
     /// Moves the cursor from the allocation's end to its new end, if the
@@ -426,15 +393,19 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
             return false;
         }
         // An offset into the buffer: the caller's contract.
-        let start = ptr.as_ptr().addr().wrapping_sub(self.base.as_ptr().addr());
+        let start = ptr
+            .as_ptr()
+            .addr()
+            .wrapping_sub(self.bump.base.as_ptr().addr());
         let (Some(end), Some(new_end)) =
             (start.checked_add(old.size()), start.checked_add(new_size))
         else {
             return false;
         };
         // Whoever moves the cursor past a range owns it, as in `allocate`.
-        new_end <= self.capacity
+        new_end <= self.bump.capacity
             && self
+                .bump
                 .cursor
                 .compare_exchange(end, new_end, Relaxed, Relaxed)
                 .is_ok()
@@ -447,8 +418,8 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
         self.last_window_max = window;
         self.high_water = self.high_water.max(window);
         *self.window_max.get_mut() = 0;
-        *self.cursor.get_mut() = 0;
-        *self.padding.get_mut() = 0;
+        *self.bump.cursor.get_mut() = 0;
+        *self.bump.padding.get_mut() = 0;
         self.resets += 1;
     }
 
@@ -456,12 +427,12 @@ unsafe impl TempAllocator for FixedAllocator<'_> {
         let live = self.live();
         let window = self.window_max.load(Relaxed).max(live);
         Stats {
-            allocations: self.allocations + self.count.load(Relaxed) as u64,
+            allocations: self.allocations + self.bump.count.load(Relaxed) as u64,
             bytes_requested: self.bytes_requested + live as u64,
             resets: self.resets,
             // The whole buffer is held from the start; none of it from the
             // system.
-            bytes_held: self.capacity,
+            bytes_held: self.bump.capacity,
             high_water: self.high_water.max(window),
             bytes_live: live,
             window_high_water: self.last_window_max.max(window),

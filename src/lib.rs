@@ -130,16 +130,15 @@ extern crate std;
 //   temp         the `TempAllocator` trait
 //   failure      a context's recorded failure
 //   stats, error `Stats`, `Error`
-//
-// One exception, on purpose: the fast path. `temp`'s sealed `FastPath` and
-// `context/fast.rs` name the two allocators whose fast path a context
-// inlines (`FixedAllocator`, `CachingAllocator`), so that a request makes
-// no call; nothing else reaches up.
+//   fast_path    what a context inlines so that a request makes no call:
+//                a `FixedAllocator`'s bump state, a `CachingAllocator`'s
+//                header, its regions' bump state and the thread-local lease
 
 // `core` only: what a kernel and a heap-less runtime need.
 mod context;
 mod error;
 mod failure;
+mod fast_path;
 mod fixed;
 mod frame;
 #[cfg(feature = "dyn-stack")]

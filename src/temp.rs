@@ -223,16 +223,18 @@ pub unsafe trait TempAllocator: Sync {
 /// What only this crate can name.
 pub(crate) mod sealed {
     /// An allocator whose fast path a context calls directly (see
-    /// [`TempAllocator::fast_path`](super::TempAllocator::fast_path)).
+    /// [`TempAllocator::fast_path`](super::TempAllocator::fast_path)): the
+    /// state of it that the fast path reads, the allocator's first field
+    /// (`crate::fast_path`).
     #[derive(Clone, Copy)]
     pub enum FastPath<'s> {
         /// Through `dyn`.
         Other,
-        /// This `CachingAllocator`.
+        /// A `CachingAllocator`'s header.
         #[cfg(feature = "std")]
-        Caching(&'s crate::CachingAllocator),
-        /// This `FixedAllocator`.
-        Fixed(&'s crate::FixedAllocator<'s>),
+        Caching(&'s crate::fast_path::CachingHeader),
+        /// A `FixedAllocator`'s buffer and cursor.
+        Fixed(&'s crate::fast_path::FixedBump<'s>),
     }
 }
 

@@ -234,7 +234,7 @@ impl CachingAllocator {
         }
         let mut live = state.dedicated_live();
         // The new window first, as at a reset.
-        self.window.next();
+        self.windows.next(&mut self.header.window);
         let (last, thread) = super::lease::last_lease(self.id);
         for region in regions(&state.regions) {
             let mark = state.marks[from..to]
@@ -257,7 +257,7 @@ impl CachingAllocator {
         // The calling thread keeps its region if it leases it (a region with
         // a mark keeps its leaseholder, whoever that is).
         if let Some(last) = last.filter(|m| super::deref(m).lease(thread)) {
-            super::lease::record(self.window.current, self.id, last);
+            super::lease::record(self.header.window, self.id, last);
         }
         Ok(())
     }

@@ -8,11 +8,11 @@
 //! thread's region stays leased until the next reset or rewind. Taking a
 //! lease makes no guard: the caller makes its [`Leased`](super::region::Leased).
 
-use core::cell::Cell;
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::region::{FREE, Region};
+use crate::fast_path::{self, BumpState, THREAD};
 
 /// Window tokens: a new one at every reset and rewind of any allocator.
 /// Never 0 (what a thread that leased nothing remembers), never reused.
@@ -23,56 +23,35 @@ static NEXT_WINDOW: AtomicU64 = AtomicU64::new(1);
 /// Tokens an allocator takes at once (2^48 blocks before a `u64` wraps).
 const TOKEN_BLOCK: u64 = 1 << 16;
 
-/// An allocator's window tokens: the current one, which the fast path
-/// compares, and the end of its block.
+/// The end of an allocator's block of window tokens. The current one is
+/// in the allocator's header (`CachingHeader::window`), where the fast path
+/// compares it.
 pub(super) struct Windows {
-    pub current: u64,
     end: u64,
 }
 
 impl Windows {
-    /// A fresh block, its first token current.
-    pub(super) fn new() -> Self {
-        let current = NEXT_WINDOW.fetch_add(TOKEN_BLOCK, Relaxed);
-        Windows {
-            current,
-            end: current + TOKEN_BLOCK,
-        }
+    /// A fresh block, and its first token, to be current.
+    pub(super) fn new() -> (Self, u64) {
+        let first = NEXT_WINDOW.fetch_add(TOKEN_BLOCK, Relaxed);
+        let end = first + TOKEN_BLOCK;
+        (Windows { end }, first)
     }
 
-    /// Starts a new window: a token no thread remembers. Returns it.
+    /// Starts a new window: `current` (the header's token) moves to a token
+    /// no thread remembers. Returns it.
     #[inline]
-    pub(super) fn next(&mut self) -> u64 {
-        self.current += 1;
-        if self.current == self.end {
-            *self = Windows::new();
+    pub(super) fn next(&mut self, current: &mut u64) -> u64 {
+        *current += 1;
+        if *current == self.end {
+            (*self, *current) = Windows::new();
         }
-        self.current
+        *current
     }
 }
 
 /// Thread serials: never 0 (a FREE region's owner), never reused.
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
-
-/// What a thread knows: its last lease, and who it is.
-struct Thread {
-    /// The window token the last lease was taken under, and the region:
-    /// the fast path's look-up. A raw pointer, null at first, not
-    /// `NonNull`: its niche would cost the fast path a test of it.
-    lease: Cell<(u64, *const Region)>,
-    /// The id of the allocator the region belongs to (0: none), and the
-    /// thread's serial (0 until it needs one).
-    ids: Cell<(u64, u64)>,
-}
-
-thread_local! {
-    /// Const-initialised with no destructor: reading it is a plain load,
-    /// it works in any thread-local destructor, and one block of it is one
-    /// look-up where thread-locals cost a call (a shared library).
-    static THREAD: Thread = const {
-        Thread { lease: Cell::new((0, ptr::null())), ids: Cell::new((0, 0)) }
-    };
-}
 
 /// The window token the calling thread last leased a region under, and
 /// the region. If the token is an allocator's current one, the region is
@@ -81,7 +60,10 @@ thread_local! {
 /// the thread holds its lease.
 #[inline(always)]
 pub(super) fn leased() -> (u64, *const Region) {
-    THREAD.with(|t| t.lease.get())
+    // The bump state is the region's first field (`Region` is `#[repr(C)]`),
+    // and the pointer was a region's (`record`, `carry_over`).
+    let (window, bump) = fast_path::leased();
+    (window, bump.cast())
 }
 
 /// The region the calling thread last leased from the allocator with id
@@ -95,8 +77,8 @@ pub(super) fn last_lease(allocator: u64) -> (Option<NonNull<Region>>, u64) {
             serial = NEXT_SERIAL.fetch_add(1, Relaxed);
             t.ids.set((id, serial));
         }
-        let (_, region) = t.lease.get();
-        let region = NonNull::new(region.cast_mut()).filter(|_| id == allocator);
+        let (_, bump) = t.lease();
+        let region = NonNull::new(bump.cast::<Region>().cast_mut()).filter(|_| id == allocator);
         (region, serial)
     })
 }
@@ -115,9 +97,13 @@ pub(super) fn carry_over(allocator: u64, window: u64) -> (Option<NonNull<Region>
         // A thread remembers an allocator only after a lease, which gave
         // it a serial.
         debug_assert!(serial != 0);
-        let (_, region) = t.lease.get();
-        t.lease.set((window, region));
-        (NonNull::new(region.cast_mut()), serial)
+        let (_, bump) = t.lease();
+        // SAFETY: the thread's own; `window` is a token of the allocator
+        // with id `allocator`, whose region the thread remembers, and the
+        // caller's reset (`&mut` to it, so no call through `&self` runs
+        // meanwhile) leases that region to the thread again.
+        unsafe { t.remember(window, bump) };
+        (NonNull::new(bump.cast::<Region>().cast_mut()), serial)
     })
 }
 
@@ -126,7 +112,11 @@ pub(super) fn carry_over(allocator: u64, window: u64) -> (Option<NonNull<Region>
 #[inline]
 pub(super) fn record(window: u64, allocator: u64, region: NonNull<Region>) {
     THREAD.with(|t| {
-        t.lease.set((window, region.as_ptr()));
+        // SAFETY: the thread's own; the caller leases `region`, of the
+        // allocator with id `allocator`, to the calling thread under
+        // `window`, that allocator's token. The bump state is the
+        // region's first field (`Region` is `#[repr(C)]`).
+        unsafe { t.remember(window, region.as_ptr().cast::<BumpState>()) };
         t.ids.set((allocator, t.ids.get().1));
     });
 }

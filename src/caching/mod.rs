@@ -34,6 +34,7 @@ pub use config::CachingConfig;
 pub use memory::block_cache::{BlockCache, CacheStats};
 pub use plan::Plan;
 
+use crate::fast_path::CachingHeader;
 use crate::{Error, Stats, TempAllocator};
 use account::Account;
 pub(crate) use checkpoint::NESTED_CHECKPOINTS;
@@ -78,14 +79,16 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 /// assert_eq!(temp.stats().system_allocations, 1);
 /// # Ok::<(), tempalloc::Error>(())
 /// ```
+#[repr(C)]
 pub struct CachingAllocator {
-    /// This window's token, from a block of the allocator's own: a thread
-    /// that remembers it leases the region it remembers (`lease.rs`).
-    window: lease::Windows,
-    /// Requests below this size may take the fast path: the dedicated
-    /// threshold, or 0 with the debug checks, whose requests all take the
-    /// slow path (so the fast path has no instruction for them).
-    fast_below: usize,
+    /// What the fast path reads: this window's token, from a block of the
+    /// allocator's own (a thread that remembers it leases the region it
+    /// remembers: `lease.rs`), and the size below which requests may take
+    /// it. The first field of a `#[repr(C)]` struct, so that a pointer to
+    /// the allocator stands for it (see `fast_path`).
+    header: CachingHeader,
+    /// The end of the block of window tokens.
+    windows: lease::Windows,
     /// The one region, when a reset may take its short path (see
     /// `reset`); null when it may not. Only a full reset sets it; anything
     /// that may change what the short path relies on clears it first: a
@@ -331,13 +334,17 @@ impl CachingAllocator {
                 });
             }
         }
+        let (windows, window) = lease::Windows::new();
         Ok(CachingAllocator {
-            window: lease::Windows::new(),
-            fast_below: if config.debug_checks {
-                0
-            } else {
-                config.dedicated_from()
+            header: CachingHeader {
+                window,
+                fast_below: if config.debug_checks {
+                    0
+                } else {
+                    config.dedicated_from()
+                },
             },
+            windows,
             short_reset: AtomicPtr::new(ptr::null_mut()),
             core,
             reachable,
@@ -438,7 +445,7 @@ unsafe impl TempAllocator for CachingAllocator {
 
     #[inline]
     fn fast_path(&self) -> crate::temp::sealed::FastPath<'_> {
-        crate::temp::sealed::FastPath::Caching(self)
+        crate::temp::sealed::FastPath::Caching(&self.header)
     }
 
     /// In the calling thread's region: moves the cursor from the
@@ -448,7 +455,7 @@ unsafe impl TempAllocator for CachingAllocator {
     #[inline]
     unsafe fn resize_in_place(&self, ptr: NonNull<u8>, old: Layout, new_size: usize) -> bool {
         let (window, region) = lease::leased();
-        if window != self.window.current || new_size < old.size() || old.size() == 0 {
+        if window != self.header.window || new_size < old.size() || old.size() == 0 {
             return false;
         }
         if self.config.debug_checks {
@@ -495,11 +502,11 @@ unsafe impl TempAllocator for CachingAllocator {
         // thread again, so the lease and the token stay as they are. Else
         // the lease ends: a new window first, as in `reset_all`.
         let (window, _) = lease::leased();
-        let next = if window == self.window.current {
+        let next = if window == self.header.window {
             debug_assert!(region.is_leased_to(lease::last_lease(self.id).1));
             None
         } else {
-            let window = self.window.next();
+            let window = self.windows.next(&mut self.header.window);
             let (last, thread) = lease::carry_over(self.id, window);
             Some(if last == Some(only) { thread } else { FREE })
         };
@@ -547,26 +554,21 @@ unsafe impl TempAllocator for CachingAllocator {
 }
 
 impl CachingAllocator {
-    /// The fast path of [`allocate`](TempAllocator::allocate), which a
-    /// [`KernelContext`](crate::KernelContext) inlines: `size` bytes
+    /// The fast path of [`allocate`](TempAllocator::allocate): `size` bytes
     /// aligned to `align` bumped in the calling thread's region, or `None`
     /// (then `allocate` serves the request, or says why not). Any `size`,
-    /// checked or not; an `align` of 0 is never served.
+    /// checked or not; an `align` of 0 is never served. A
+    /// [`KernelContext`](crate::KernelContext) inlines the same
+    /// ([`CachingHeader::fast`], on the allocator's first field).
     ///
     /// # Safety
     ///
     /// `align` is a power of two or 0.
     #[inline(always)]
     pub(crate) unsafe fn fast(&self, size: usize, align: usize) -> Option<NonNull<[u8]>> {
-        let (window, region) = lease::leased();
-        if window != self.window.current || size >= self.fast_below {
-            return None;
-        }
-        // SAFETY: the calling thread leases the region it remembers under
-        // this window's token (see `lease::leased`), a region of this
-        // allocator, alive while `&self` is; this call holds no other guard
-        // of it. The caller's promise is `bump_raw`'s.
-        unsafe { Leased::new(&*region).bump_raw(size, align) }
+        // SAFETY: `header` is this allocator's, live while `&self` is, and
+        // so are its regions; the caller's promise on `align` is `fast`'s.
+        unsafe { self.header.fast(size, align) }
     }
 }
 

@@ -1,9 +1,13 @@
-//! [`Region`]: one bump range and the chunks behind it — the fast path's
-//! arithmetic, and how a region rewinds, resets and gives memory back.
+//! [`Region`]: one bump range and the chunks behind it — how a region
+//! bumps, rewinds, resets and gives memory back. Its bump state, which the
+//! fast path reads and writes, and the bump itself are below the context,
+//! in `crate::fast_path`.
 //!
 //! Whatever changes a region goes through a [`Leased`] guard, which only
 //! the region's leaseholder (or a caller with `&mut` to the allocator)
-//! makes. The bump state's fields are atomics that only the guard's holder writes;
+//! makes; the fast path, which makes none, bumps under the guard's
+//! contract (`BumpState::bump_raw`). The bump state's fields are atomics
+//! that only the guard's holder writes;
 //! relaxed loads and stores compile to plain moves, and let `stats` and
 //! `checkpoint` read them from any thread. A chunk is the region's until
 //! it goes back to the cache, which may lend it to another region.
@@ -13,11 +17,12 @@ use core::cell::UnsafeCell;
 use core::ops::Deref;
 use core::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicPtr, AtomicU64};
 
 use super::account::Account;
 use super::memory::block::size_class;
 use super::memory::chunk::Chunk;
+use crate::fast_path::BumpState;
 use crate::os::page_size;
 
 /// The `owner` of a region nobody leases.
@@ -27,7 +32,7 @@ pub(super) const FREE: u64 = 0;
 /// its memory back (the budget rule).
 pub(super) const RECLAIMING: u64 = u64::MAX;
 
-/// Counters a region's [`flush`](BumpState::flush) adds to at resets and
+/// Counters a region's `BumpState::flush` adds to at resets and
 /// rewinds.
 #[derive(Debug, Default)]
 pub(super) struct Totals {
@@ -55,8 +60,12 @@ impl Totals {
 
 /// Aligned to 128 bytes (two cache lines, as crossbeam's `CachePadded` on
 /// x86_64), so threads bumping in neighbouring regions never share a line.
-#[repr(align(128))]
+/// `#[repr(C)]` with the bump state first, so that a pointer to the region
+/// stands for one to its bump state, which is what a thread remembers
+/// (`fast_path::Thread`), and back.
+#[repr(C, align(128))]
 pub(super) struct Region {
+    /// What the fast path reads and writes (`fast_path::BumpState`).
     bump: BumpState,
     /// [`FREE`], the serial of the thread leasing the region until the
     /// next reset or rewind, or [`RECLAIMING`].
@@ -79,29 +88,6 @@ unsafe impl Sync for Region {}
 /// of [`new`](Self::new) keeps to one guard a region. Reading a region
 /// needs no guard: it derefs to [`Region`].
 pub(super) struct Leased<'a>(&'a Region);
-
-/// What the fast path reads and writes. `Default` only for
-/// [`Region::try_new`], which sets `base` to dangling.
-#[derive(Default)]
-pub(super) struct BumpState {
-    /// Start of the current chunk; dangling when there is none.
-    base: AtomicPtr<u8>,
-    /// Offset of the first free byte in the current chunk.
-    cursor: AtomicUsize,
-    /// Bytes usable in the current chunk.
-    limit: AtomicUsize,
-    /// Bytes requested and not yet flushed into the totals.
-    live: AtomicUsize,
-    /// Requests since the last flush (wraps rather than overflows).
-    count: AtomicUsize,
-    /// Index of the current chunk.
-    chunk: AtomicUsize,
-    /// Bytes the window used before the current chunk, laid out as one
-    /// chunk would hold them (see [`used_before_next`]).
-    used_before: AtomicUsize,
-    /// Usable bytes of all the chunks: what the region holds.
-    held: AtomicUsize,
-}
 
 /// The leaseholder's state.
 #[derive(Default)]
@@ -266,48 +252,10 @@ impl<'a> Leased<'a> {
     /// Carves `layout` from the current chunk, or `None` if it does not fit.
     #[inline(always)]
     pub(super) fn bump(&mut self, layout: Layout) -> Option<NonNull<[u8]>> {
-        // SAFETY: a `Layout`'s alignment is a power of two.
-        unsafe { self.bump_raw(layout.size(), layout.align()) }
-    }
-
-    /// Carves `size` bytes aligned to `align` from the current chunk, or
-    /// `None` if they do not fit (any `size`: the caller need not have
-    /// checked it against `isize::MAX`). An `align` of 0 never fits.
-    ///
-    /// # Safety
-    ///
-    /// `align` is a power of two or 0.
-    #[inline(always)]
-    pub(super) unsafe fn bump_raw(&mut self, size: usize, align: usize) -> Option<NonNull<[u8]>> {
-        debug_assert!(align & align.wrapping_sub(1) == 0);
-        let bump = &self.0.bump;
-        let base = bump.base.load(Relaxed);
-        let cursor = bump.cursor.load(Relaxed);
-        let pad = base.addr().wrapping_add(cursor).wrapping_neg() & align.wrapping_sub(1);
-        // No overflow: `cursor <= limit <= isize::MAX` and `pad < align <=
-        // 2^(usize::BITS - 1)`; `size` is checked. With `align` 0 (a mask of
-        // all ones) `start` is `2^usize::BITS - base` (`base + cursor` is
-        // non-zero and in the address space), past the chunk's end.
-        let start = cursor + pad;
-        let end = start.checked_add(size)?;
-        if end > bump.limit.load(Relaxed) {
-            return None;
-        }
-        bump.cursor.store(end, Relaxed);
-        // No overflow: live bytes sit in chunks.
-        bump.live.store(bump.live.load(Relaxed) + size, Relaxed);
-        bump.count
-            .store(bump.count.load(Relaxed).wrapping_add(1), Relaxed);
-        // `wrapping_add`: a region without a chunk has a dangling `base`,
-        // where a zero-sized request may land; otherwise it equals `add`.
-        let ptr = base.wrapping_add(start);
-        debug_assert!(ptr.addr() % align == 0);
-        // SAFETY: `base` is a chunk start or dangling, neither null, and the
-        // offset stays in the chunk (or below `align` past the dangling one).
-        Some(NonNull::slice_from_raw_parts(
-            unsafe { NonNull::new_unchecked(ptr) },
-            size,
-        ))
+        // SAFETY: this is the region's one guard (`Leased::new`'s
+        // contract), so no one else changes it, and a `Layout`'s alignment
+        // is a power of two.
+        unsafe { self.0.bump.bump_raw(layout.size(), layout.align()) }
     }
 
     /// Moves the end of the newest carving `[ptr, ptr + old)` to `ptr +

@@ -86,7 +86,7 @@ impl CachingAllocator {
         let mut live = state.dedicated_live();
         // The new window first: no thread's old token may lead into a region
         // this loop frees, even if something in it panicked.
-        let window = self.window.next();
+        let window = self.windows.next(&mut self.header.window);
         // Where other sessions may take idle memory back, every region is
         // FREE between inferences: the resetting thread keeps none.
         let (last, thread) = if self.reachable {

@@ -114,7 +114,7 @@ impl CachingAllocator {
                 region
             }
         };
-        lease::record(self.window.current, self.id, region);
+        lease::record(self.header.window, self.id, region);
         // SAFETY: the calling thread leases `region` (`Region::lease` or
         // `lease_any` said so), a region of this allocator, and holds no
         // other guard of it: a guard lives only in the call that made it.
@@ -210,7 +210,7 @@ impl CachingAllocator {
         if empty {
             region.unlease(FREE);
         }
-        lease::record(self.window.current, self.id, next);
+        lease::record(self.header.window, self.id, next);
         // SAFETY: the calling thread just leased `next`, a region of this
         // allocator (a FREE one, or one it made), and holds no other guard
         // of it: its one guard was of `region`, another region, and is gone.
@@ -237,7 +237,7 @@ impl CachingAllocator {
         }
         // Leases change: a new window, so no thread's fast path reaches a
         // region through the token it leased it under.
-        let window = self.window.next();
+        let window = self.windows.next(&mut self.header.window);
         for region in regions(&state.regions) {
             // SAFETY: `&mut self`: no thread holds a guard of the region or
             // can make one, and this is its one guard.

@@ -1,22 +1,25 @@
-//! The fast path a context inlines: the two allocators whose requests a
-//! [`KernelContext`](super::KernelContext) serves without a call
-//! ([`FixedAllocator`] and, with `std`, `CachingAllocator`), named here so
+//! The fast path a context inlines: the state of the two allocators whose
+//! requests a [`KernelContext`](super::KernelContext) serves without a call
+//! ([`FixedBump`], a `FixedAllocator`'s, and, with `std`, `CachingHeader`,
+//! a `CachingAllocator`'s), from `crate::fast_path`, below the context, so
 //! that the rest of the context reaches an allocator only through `dyn`.
 
 use core::ptr::NonNull;
 
-use crate::FixedAllocator;
+#[cfg(feature = "std")]
+use crate::fast_path::CachingHeader;
+use crate::fast_path::FixedBump;
 
-/// The allocator behind a context when the context inlines its fast path
-/// (its `TempAllocator::fast_path` said which), so that a request makes no
-/// call; else both `None`, and requests go through `dyn`. Two options, not
-/// an enum: the test of the pointer is the test of the kind, one
-/// instruction fewer than a tag's.
+/// The fast-path state of the allocator behind a context when the context
+/// inlines its fast path (its `TempAllocator::fast_path` said which), so
+/// that a request makes no call; else both `None`, and requests go through
+/// `dyn`. Two options, not an enum: the test of the pointer is the test of
+/// the kind, one instruction fewer than a tag's.
 #[derive(Clone, Copy)]
 pub(super) struct Fast<'a> {
     #[cfg(feature = "std")]
-    caching: Option<NonNull<crate::CachingAllocator>>,
-    fixed: Option<NonNull<FixedAllocator<'a>>>,
+    caching: Option<NonNull<CachingHeader>>,
+    fixed: Option<NonNull<FixedBump<'a>>>,
 }
 
 impl<'a> Fast<'a> {
@@ -28,13 +31,13 @@ impl<'a> Fast<'a> {
     };
 
     #[cfg(feature = "std")]
-    pub(super) fn caching(caching: NonNull<crate::CachingAllocator>) -> Self {
+    pub(super) fn caching(caching: NonNull<CachingHeader>) -> Self {
         let mut fast = Self::OTHER;
         fast.caching = Some(caching);
         fast
     }
 
-    pub(super) fn fixed(fixed: NonNull<FixedAllocator<'a>>) -> Self {
+    pub(super) fn fixed(fixed: NonNull<FixedBump<'a>>) -> Self {
         let mut fast = Self::OTHER;
         fast.fixed = Some(fixed);
         fast
@@ -52,17 +55,18 @@ impl<'a> Fast<'a> {
             if !aligns {
                 return None;
             }
-            // SAFETY: the allocator behind the context's `temp` (see
-            // `from_ref` and `from_ptr`), live and used by nothing
-            // exclusively while a method of the context runs; `align` is 0
-            // or a power of two.
+            // SAFETY: the header of the allocator behind the context's
+            // `temp` (see `from_ref` and `from_ptr`), live, as its regions
+            // are, and used by nothing exclusively while a method of the
+            // context runs; `align` is 0 or a power of two.
             return unsafe { caching.as_ref().fast(size, align) };
         }
         if let Some(fixed) = self.fixed {
             if !aligns {
                 return None;
             }
-            // SAFETY: as above.
+            // SAFETY: the state of the allocator behind the context's
+            // `temp`, as above; `align` is 0 or a power of two.
             return unsafe { fixed.as_ref().fast(size, align) };
         }
         None
