@@ -102,20 +102,34 @@ impl CachingConfig {
     /// through its own cache or a shared one (whose own limit, if any,
     /// applies too: a session's cap within the sessions' budget).
     ///
-    /// The rule: a program is served whenever the limit covers, for each
-    /// thread allocating at once (and the thread that resets, which keeps
-    /// its region), the most it used in one window, in whole pages (at
-    /// least one: the least a thread's region can hold). Under a limit a
-    /// region commits only what its requests need, never ahead (without
-    /// one it commits 12.5% ahead), so threads growing at once never take
-    /// room another's request needs; and a request is refused only when no
-    /// other growth is under way, so never for memory the system then
-    /// refuses. When threads split the work the same way every call, that
-    /// is what is live, in whole pages per thread; a work-stealing pool's workers, and
-    /// fresh threads whose shares differ and that start in another order
-    /// each window, each keep the most they ever took (see `trim` and
-    /// `retain` for giving it back).
-    /// On heap blocks (where nothing can be reserved; see
+    /// **What to set.** Run the program once without a limit and read
+    /// [`Stats::high_water`](crate::Stats::high_water); a limit of
+    /// `(T + 1) * (high_water + page)` serves the same program under any
+    /// schedule, the first inference included, where `T` counts the threads
+    /// that allocate in one window (the calling thread too) and `page` is
+    /// the page size (twice that on heap blocks, below; add what requests
+    /// pad to their alignment, which `high_water` does not count). Why not
+    /// less: a region
+    /// keeps the memory its thread used for as long as the thread leases it
+    /// (the window), so under work stealing each thread's region may hold a
+    /// window's worth. Far less usually serves: `1.5 * high_water` served
+    /// every schedule `tests/all/memory/work.rs` tried (docs/design.md,
+    /// "Budgets").
+    ///
+    /// The rule behind it: a program is served whenever the limit covers,
+    /// for each thread allocating at once (and the thread that resets,
+    /// which keeps its region), the most it used in one window, in whole
+    /// pages (at least one: the least a thread's region can hold). Under a
+    /// limit a region commits only what its requests need, never ahead
+    /// (without one it commits 12.5% ahead), so threads growing at once
+    /// never take room another's request needs; and a request is refused
+    /// only when no other growth is under way, so never for memory the
+    /// system then refuses. When threads split the work the same way every
+    /// call, that is what is live, in whole pages per thread; a
+    /// work-stealing pool's workers, and fresh threads whose shares differ
+    /// and that start in another order each window, each keep the most
+    /// they ever took (see `trim` and `retain` for giving it back). On heap
+    /// blocks (where nothing can be reserved; see
     /// [`reserve`](Self::reserve())) a region that outgrows its block chains
     /// one twice as large in that window, so the limit must cover twice each
     /// thread's most in one window, and a page.
