@@ -70,10 +70,13 @@ target/checked-c
 
 # The static library built as code for an executable (docs/capi.md,
 # "Building the library"): the request's thread-local look-up is a plain
-# load, and the library links into an executable and runs.
+# load, and the library links into an executable and runs. In the target
+# dir cmake/tempalloc.cmake gives it (TEMPALLOC_FOR_EXECUTABLES), so the
+# CMake build below that asks for it finds it built.
 step "C library: static, as code for an executable (relocation-model=pie)"
-cargo rustc --quiet --release --lib --features capi --crate-type staticlib -- -C relocation-model=pie
-cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/smoke.c target/release/libtempalloc.a \
+cargo rustc --quiet --release --lib --features capi --crate-type staticlib --target-dir target/pie \
+    -- -C relocation-model=pie
+cc -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude tests/c/smoke.c target/pie/release/libtempalloc.a \
     -lpthread -ldl -lm -o target/smoke-pie
 target/smoke-pie
 
@@ -111,6 +114,13 @@ for from in package subdirectory include; do
     "$cm/$from/example"
     "$cm/$from/example_shared"
 done
+# TEMPALLOC_FOR_EXECUTABLES: the static library as code for an executable
+# (the `release` profile, whose two builds the steps above made).
+cmake --no-warn-unused-cli -S examples/cmake -B "$cm/pie" -DCMAKE_BUILD_TYPE=Release -DTEMPALLOC_FROM=include \
+    -DTEMPALLOC_PROFILE=release -DTEMPALLOC_FOR_EXECUTABLES=ON -DTEMPALLOC_TARGET_DIR="$cargo_target" >/dev/null
+cmake --build "$cm/pie"
+"$cm/pie/example"
+"$cm/pie/example_shared"
 # The include() example's install (static library, headers, tempalloc.pc):
 # pkg-config, no CMake.
 cmake --install "$cm/include" --prefix "$PWD/$cm/include/prefix" >/dev/null

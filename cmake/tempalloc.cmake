@@ -19,6 +19,10 @@
 # cargo's target dir (by default in the build tree; point it at the crate's
 # own `target` to share a build with cargo run by hand: the cargo command is
 # the one docs/capi.md gives, so a library built by hand is not rebuilt).
+# TEMPALLOC_FOR_EXECUTABLES (OFF): build the static library as code for an
+# executable (`-C relocation-model=pie`, in a target dir of its own under
+# TEMPALLOC_TARGET_DIR/pie), which makes a request's thread-local look-up
+# a plain load (docs/capi.md); such a library links only into executables.
 # Sets TEMPALLOC_STATIC and TEMPALLOC_SHARED to the libraries' paths,
 # TEMPALLOC_VERSION to the crate's version and TEMPALLOC_SONAME, for
 # install rules.
@@ -28,6 +32,7 @@ set(TEMPALLOC_DIR "${CMAKE_CURRENT_LIST_DIR}/.." CACHE PATH "The tempalloc crate
 get_filename_component(_tempalloc_dir "${TEMPALLOC_DIR}" ABSOLUTE)
 set(TEMPALLOC_PROFILE "release-capi" CACHE STRING "The cargo profile of the C library")
 set(TEMPALLOC_TARGET_DIR "${CMAKE_BINARY_DIR}/cargo" CACHE PATH "cargo's target dir for the C library")
+option(TEMPALLOC_FOR_EXECUTABLES "Build the static library as code for an executable (links only into executables)" OFF)
 find_program(CARGO cargo)
 if(NOT CARGO)
   message(FATAL_ERROR "cargo not found: install Rust (https://rustup.rs) or pass -DCARGO=")
@@ -48,11 +53,16 @@ else()
 endif()
 
 if(TEMPALLOC_PROFILE STREQUAL "dev")
-  set(_tempalloc_out "${TEMPALLOC_TARGET_DIR}/debug")
+  set(_tempalloc_profile_dir "debug")
 else()
-  set(_tempalloc_out "${TEMPALLOC_TARGET_DIR}/${TEMPALLOC_PROFILE}")
+  set(_tempalloc_profile_dir "${TEMPALLOC_PROFILE}")
 endif()
-set(TEMPALLOC_STATIC "${_tempalloc_out}/${CMAKE_STATIC_LIBRARY_PREFIX}tempalloc${CMAKE_STATIC_LIBRARY_SUFFIX}")
+set(_tempalloc_out "${TEMPALLOC_TARGET_DIR}/${_tempalloc_profile_dir}")
+set(_tempalloc_static_out "${_tempalloc_out}")
+if(TEMPALLOC_FOR_EXECUTABLES)
+  set(_tempalloc_static_out "${TEMPALLOC_TARGET_DIR}/pie/${_tempalloc_profile_dir}")
+endif()
+set(TEMPALLOC_STATIC "${_tempalloc_static_out}/${CMAKE_STATIC_LIBRARY_PREFIX}tempalloc${CMAKE_STATIC_LIBRARY_SUFFIX}")
 set(TEMPALLOC_SHARED "${_tempalloc_out}/${CMAKE_SHARED_LIBRARY_PREFIX}tempalloc${CMAKE_SHARED_LIBRARY_SUFFIX}")
 # ELF platforms but Android (which loads by file name) get build.rs's SONAME;
 # elsewhere the linker's default name is the file's.
@@ -63,9 +73,22 @@ else()
 endif()
 
 # Cargo decides what to rebuild, so it runs on every build (a no-op when
-# nothing changed). Both crate types in one call: one LTO build, not two.
+# nothing changed). Both crate types in one call: one LTO build, not two;
+# for executables, the static library in a second call, with its own
+# target dir (its code differs, so the two builds never undo each other).
 # A program linked to the shared library asks for its SONAME: the link
 # beside it lets such a program run from the build tree.
+set(_tempalloc_cargo "${CARGO}" rustc --manifest-path "${_tempalloc_dir}/Cargo.toml"
+    --profile "${TEMPALLOC_PROFILE}" --lib --features capi)
+if(TEMPALLOC_FOR_EXECUTABLES)
+  set(_tempalloc_crate_types cdylib)
+  set(_tempalloc_static_cmd
+    COMMAND ${_tempalloc_cargo} --crate-type staticlib --target-dir "${TEMPALLOC_TARGET_DIR}/pie"
+            -- -C relocation-model=pie)
+else()
+  set(_tempalloc_crate_types staticlib,cdylib)
+  set(_tempalloc_static_cmd)
+endif()
 set(_tempalloc_link_cmd)
 if(NOT TEMPALLOC_SONAME STREQUAL "${CMAKE_SHARED_LIBRARY_PREFIX}tempalloc${CMAKE_SHARED_LIBRARY_SUFFIX}")
   set(_tempalloc_link_cmd
@@ -74,9 +97,8 @@ if(NOT TEMPALLOC_SONAME STREQUAL "${CMAKE_SHARED_LIBRARY_PREFIX}tempalloc${CMAKE
             "${_tempalloc_out}/${TEMPALLOC_SONAME}")
 endif()
 add_custom_target(tempalloc_cargo ALL
-  COMMAND "${CARGO}" rustc --manifest-path "${_tempalloc_dir}/Cargo.toml"
-          --profile "${TEMPALLOC_PROFILE}" --lib --features capi --crate-type staticlib,cdylib
-          --target-dir "${TEMPALLOC_TARGET_DIR}"
+  COMMAND ${_tempalloc_cargo} --crate-type ${_tempalloc_crate_types} --target-dir "${TEMPALLOC_TARGET_DIR}"
+  ${_tempalloc_static_cmd}
   ${_tempalloc_link_cmd}
   BYPRODUCTS "${TEMPALLOC_STATIC}" "${TEMPALLOC_SHARED}"
   COMMENT "cargo: tempalloc's C library (${TEMPALLOC_PROFILE})"
