@@ -30,16 +30,13 @@
 
 mod handles;
 
-use core::alloc::Layout;
-use core::ffi::{CStr, c_char, c_void};
-use core::ptr::{self, NonNull};
-use std::sync::Arc;
+use core::ffi::{CStr, c_char};
+use core::ptr;
 
 use handles::{guard, on_cache, on_exclusive, on_shared};
 pub use handles::{tempalloc_allocator, tempalloc_block_cache};
 
-use crate::caching::CheckpointParts;
-use crate::{BlockCache, CachingAllocator, CachingConfig, Error, Stats, TempAllocator};
+use crate::Error;
 
 /// A status code: [`TEMPALLOC_OK`] or one of the `TEMPALLOC_ERROR_*`
 /// constants. A plain integer (not a Rust enum), so a code C made up is

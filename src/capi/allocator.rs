@@ -1,7 +1,18 @@
 //! The C functions on a `tempalloc_allocator` handle: create, allocate,
 //! reset, release, stats, checkpoint, rewind, check, destroy.
 
-use super::*;
+use core::alloc::Layout;
+use core::ffi::c_void;
+use core::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use super::{
+    TEMPALLOC_ERROR_NULL_ARGUMENT, TEMPALLOC_ERROR_OUT_OF_MEMORY, TEMPALLOC_OK, answer, code,
+    guard, handles, on_cache, on_exclusive, on_shared, put, status, tempalloc_allocator,
+    tempalloc_block_cache, tempalloc_checkpoint_token, tempalloc_config, tempalloc_error,
+    tempalloc_error_detail, tempalloc_stats,
+};
+use crate::{BlockCache, CachingAllocator, Error, TempAllocator};
 
 /// Creates an allocator with a block cache of its own, limited by
 /// `config->idle_budget` and `config->max_bytes`. A NULL `config`

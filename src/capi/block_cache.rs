@@ -1,7 +1,14 @@
 //! The C functions on a `tempalloc_block_cache` handle, which several
 //! allocators share under one budget.
 
-use super::*;
+use core::ptr;
+use std::sync::Arc;
+
+use super::{
+    TEMPALLOC_ERROR_NULL_ARGUMENT, answer, guard, handles, on_cache, status, tempalloc_block_cache,
+    tempalloc_error, tempalloc_stats,
+};
+use crate::BlockCache;
 
 /// Creates a block cache for several allocators (one per session or model)
 /// to share: at most `idle_budget` idle, and at most `max_bytes` taken

@@ -1,6 +1,7 @@
 //! The C API's unit tests: error codes, messages and conversions.
 
 use super::*;
+use crate::CachingConfig;
 
 fn message(code: tempalloc_error) -> &'static str {
     // SAFETY: `tempalloc_error_message` returns a static NUL-terminated string.

@@ -1,6 +1,12 @@
 //! The structs the C API fills and reads, and their conversions.
 
-use super::*;
+use super::{
+    TEMPALLOC_ERROR_BUDGET_EXCEEDED, TEMPALLOC_ERROR_INVALID_ALIGNMENT,
+    TEMPALLOC_ERROR_INVALID_ARGUMENT, TEMPALLOC_ERROR_OUT_OF_MEMORY, TEMPALLOC_ERROR_SIZE_OVERFLOW,
+    code, tempalloc_error,
+};
+use crate::caching::CheckpointParts;
+use crate::{CachingConfig, Error, Stats};
 
 /// How to build an allocator. Start from [`tempalloc_config_default`] and
 /// change the fields you need; zero fields mean "the default".
