@@ -122,7 +122,10 @@ pub struct KernelContext<'a> {
 // (both `Sync`), as a pointer that reaches nothing else, and a
 // `FailureSlot`, which is `Send` and `Sync`.
 unsafe impl Send for KernelContext<'_> {}
-// SAFETY: as above.
+// SAFETY: through `&KernelContext` the pointers only reach the allocator
+// by `&self` (every `TempAllocator` is `Sync`) and the slots are changed
+// only under their own atomic protocol (`FailureSlot` and `NoteSlot` are
+// `Sync`), so `&KernelContext` may cross threads.
 unsafe impl Sync for KernelContext<'_> {}
 
 impl<'a> KernelContext<'a> {

@@ -159,8 +159,10 @@ fn exclusive(core: &mut NonNull<Core>, reachable: bool) -> (StateAccess<'_>, &Ac
         let state = core.state.lock().unwrap_or_else(PoisonError::into_inner);
         return (StateAccess::Locked(state), &core.account);
     }
-    // SAFETY: as above, and unreachable from the cache: with `&mut` to the
-    // allocator no reference to `core` is alive, so this is the only one.
+    // SAFETY: `core` lives until the allocator drops (`try_with_cache`,
+    // `Drop`), and the cache cannot reach it (no hard limit: it was never
+    // registered); with `&mut` to the allocator no other reference to it is
+    // alive, so this is the only one.
     let Core { state, account, .. } = unsafe { core.as_mut() };
     let state = state.get_mut().unwrap_or_else(PoisonError::into_inner);
     (StateAccess::Exclusive(state), account)
@@ -622,7 +624,10 @@ const _: () = {
     const fn send_and_sync<T: Send + Sync>() {}
     send_and_sync::<Core>();
 };
-// SAFETY: as above.
+// SAFETY: `&self` methods reach `core` only as `&Core` (its state through
+// the mutex, its account through atomics) and the regions through their
+// atomics or a `Leased` guard, which one thread holds at a time (see
+// `LockedState`); `Core` is `Sync` (checked above).
 unsafe impl Sync for CachingAllocator {}
 
 impl fmt::Debug for CachingAllocator {

@@ -139,7 +139,8 @@ pub unsafe extern "C" fn tempalloc_allocate(
         unsafe { put(error, TEMPALLOC_OK) };
         return p;
     }
-    // SAFETY: as above.
+    // SAFETY: `allocate_cold`'s contract is this function's, which the
+    // caller keeps (`alloc` NULL or live, `error` NULL or writable).
     unsafe { allocate_cold(alloc, size, alignment, error) }
 }
 
@@ -166,7 +167,7 @@ unsafe fn allocate_cold(
             p
         }
         Err(e) => {
-            // SAFETY: as above.
+            // SAFETY: the caller guarantees `error` is NULL or writable.
             unsafe { put(error, e.map_or_else(|code| code, code)) };
             ptr::null_mut()
         }
@@ -254,7 +255,8 @@ pub unsafe extern "C" fn tempalloc_allocate_detailed(
     // SAFETY: the caller's guarantees are `fast`'s and `allocate`'s.
     let result = match unsafe { fast(alloc, size, alignment) } {
         Some(p) => Ok(p),
-        // SAFETY: as above.
+        // SAFETY: `allocate` asks what `fast` does of the caller: `alloc`
+        // NULL or a live allocator handle.
         None => unsafe { allocate(alloc, size, alignment) },
     };
     let (p, d) = match result {

@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(m.committed(), 4 * page);
         // SAFETY: four pages are committed now.
         unsafe { base.add(4 * page - 1).write(2) };
-        // SAFETY: as above.
+        // SAFETY: the third page is among the four committed.
         unsafe { base.add(2 * page).write(3) };
         assert_eq!(m.decommit(page), Ok(()));
         assert_eq!(m.committed(), page);

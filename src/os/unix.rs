@@ -156,7 +156,8 @@ pub(super) unsafe fn commit(start: NonNull<u8>, len: usize) -> bool {
     if unsafe { libc::mprotect(ptr, len, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
         return false;
     }
-    // SAFETY: as above; the range is accessible now.
+    // SAFETY: the range is this crate's (the caller's precondition) and was
+    // just made accessible: `reuse`'s precondition.
     unsafe { reuse(ptr, len) };
     true
 }
@@ -172,13 +173,15 @@ pub(super) unsafe fn decommit(start: NonNull<u8>, len: usize) -> bool {
     if !unsafe { discard(ptr, len) } {
         return false;
     }
-    // SAFETY: as above; making this crate's range inaccessible touches no
-    // other memory.
+    // SAFETY: the range is this crate's and nothing in it is in use (the
+    // caller's precondition); making it inaccessible touches no other
+    // memory.
     if unsafe { libc::mprotect(ptr, len, libc::PROT_NONE) } == 0 {
         return true;
     }
     // Still accessible, so still committed: say so, as a commit would.
-    // SAFETY: as above.
+    // SAFETY: the range is this crate's, and the refused `mprotect` left it
+    // accessible: `reuse`'s precondition.
     unsafe { reuse(ptr, len) };
     false
 }
