@@ -120,6 +120,24 @@ enum Place {
     FreshThreads,
 }
 
+/// One inference of `temp`'s, its frame where `place` says, its kernels'
+/// rows on `pool` or over `workers` fresh threads.
+fn frame(
+    temp: &mut CachingAllocator,
+    pool: &ThreadPool,
+    place: Place,
+    workers: usize,
+    turn: &mut usize,
+) -> Result<f32, Error> {
+    match place {
+        Place::OnThePool => {
+            pool.install(|| temp.frame(|inf| inference(inf, Rows::Pool(pool), turn)))
+        }
+        Place::OnTheCaller => temp.frame(|inf| inference(inf, Rows::Pool(pool), turn)),
+        Place::FreshThreads => temp.frame(|inf| inference(inf, Rows::Fresh(workers), turn)),
+    }
+}
+
 /// Runs `INFERENCES` inferences at `workers` workers and returns the
 /// stats after each.
 fn run(workers: usize, place: Place, config: CachingConfig) -> Vec<Stats> {
@@ -131,15 +149,7 @@ fn run(workers: usize, place: Place, config: CachingConfig) -> Vec<Stats> {
     let mut seen = Vec::new();
     let (mut expected, mut turn) = (None, 0);
     for _ in 0..scaled(INFERENCES, 4) {
-        let turn = &mut turn;
-        let out = match place {
-            Place::OnThePool => {
-                pool.install(|| temp.frame(|inf| inference(inf, Rows::Pool(&pool), turn)))
-            }
-            Place::OnTheCaller => temp.frame(|inf| inference(inf, Rows::Pool(&pool), turn)),
-            Place::FreshThreads => temp.frame(|inf| inference(inf, Rows::Fresh(workers), turn)),
-        };
-        let out = out.unwrap();
+        let out = frame(&mut temp, &pool, place, workers, &mut turn).unwrap();
         // The same inputs give the same answer, wherever the rows ran.
         assert_eq!(*expected.get_or_insert(out), out);
         seen.push(temp.stats());
@@ -315,17 +325,7 @@ fn limited(workers: usize, place: Place, limit: usize) -> Result<(), Error> {
         .unwrap();
     let mut temp = CachingAllocator::with_config(fast().max_bytes(Some(limit)));
     let mut turn = 0;
-    for _ in 0..3 {
-        let turn = &mut turn;
-        match place {
-            Place::OnThePool => {
-                pool.install(|| temp.frame(|inf| inference(inf, Rows::Pool(&pool), turn)))
-            }
-            Place::OnTheCaller => temp.frame(|inf| inference(inf, Rows::Pool(&pool), turn)),
-            Place::FreshThreads => temp.frame(|inf| inference(inf, Rows::Fresh(workers), turn)),
-        }?;
-    }
-    Ok(())
+    (0..3).try_for_each(|_| frame(&mut temp, &pool, place, workers, &mut turn).map(drop))
 }
 
 /// The budget sentence (README, `CachingConfig::max_bytes`): a limit of
@@ -347,25 +347,21 @@ fn a_limit_of_the_threads_plus_one_times_the_high_water_serves_any_schedule() {
     let mut refused = Vec::new();
     for place in [Place::OnThePool, Place::OnTheCaller, Place::FreshThreads] {
         for workers in [1, 2, 4, 8] {
-            let unlimited = run(workers, place, fast());
-            let high = unlimited.iter().map(|s| s.high_water).max().unwrap();
+            let high = run(workers, place, fast()).last().unwrap().high_water;
             // The workers and the calling thread.
             let threads = workers + 1;
             let limit = chain * (threads + 1) * (high + page());
             let tries = scaled(10, 1);
-            let served = (0..tries)
-                .filter_map(|_| limited(workers, place, limit).err())
-                .collect::<Vec<_>>();
             refused.extend(
-                served
-                    .into_iter()
+                (0..tries)
+                    .filter_map(|_| limited(workers, place, limit).err())
                     .map(|e| format!("{place:?}, {workers} workers: {e}")),
             );
             let tight = high + high / 2;
-            let tight_served = (0..tries).filter(|_| limited(workers, place, tight).is_ok());
+            let served = (0..tries).filter(|_| limited(workers, place, tight).is_ok());
             eprintln!(
                 "{place:?}, {workers} workers: high water {high}; 1.5x served {} of {tries}",
-                tight_served.count()
+                served.count()
             );
         }
     }
