@@ -56,17 +56,11 @@ pub(crate) struct Parts {
 impl Checkpoint {
     /// Its fields, for C to hold.
     pub(crate) fn into_parts(self) -> Parts {
-        let Checkpoint {
-            allocator,
-            resets,
-            depth,
-            serial,
-        } = self;
         Parts {
-            allocator,
-            resets,
-            depth,
-            serial,
+            allocator: self.allocator,
+            resets: self.resets,
+            depth: self.depth,
+            serial: self.serial,
         }
     }
 
@@ -74,17 +68,11 @@ impl Checkpoint {
     /// gave them, or none at all, which [`CachingAllocator::rewind`] refuses
     /// (another allocator's, consumed by a reset, closed by a rewind, made up).
     pub(crate) fn from_parts(parts: Parts) -> Self {
-        let Parts {
-            allocator,
-            resets,
-            depth,
-            serial,
-        } = parts;
         Checkpoint {
-            allocator,
-            resets,
-            depth,
-            serial,
+            allocator: parts.allocator,
+            resets: parts.resets,
+            depth: parts.depth,
+            serial: parts.serial,
         }
     }
 }

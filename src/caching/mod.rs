@@ -169,6 +169,7 @@ fn exclusive(core: &mut NonNull<Core>, reachable: bool) -> (StateAccess<'_>, &Ac
 }
 
 /// What the slow path changes under the lock.
+#[derive(Default)]
 pub(super) struct LockedState {
     /// Every region made so far, freed when the allocator drops.
     regions: Vec<NonNull<Region>>,
@@ -298,14 +299,10 @@ impl CachingAllocator {
         }
         let state = LockedState {
             regions: room(NESTED_CHECKPOINTS)?,
-            dedicated: Vec::new(),
             open: room(NESTED_CHECKPOINTS)?,
             // A mark per region in use, per checkpoint.
             marks: room(NESTED_CHECKPOINTS * NESTED_CHECKPOINTS)?,
-            next_serial: 0,
-            debug: DebugState::default(),
-            window_high: 0,
-            totals: Totals::default(),
+            ..LockedState::default()
         };
         let reachable = cache.max_bytes().is_some();
         let core_value = Core {
@@ -315,10 +312,8 @@ impl CachingAllocator {
         };
         // SAFETY: `Core` is not zero-sized.
         let memory = unsafe { std::alloc::alloc(Layout::new::<Core>()) };
-        let core = NonNull::new(memory.cast::<Core>()).ok_or(Error::OutOfMemory {
-            size: size_of::<Core>(),
-            align: align_of::<Core>(),
-        })?;
+        let core = NonNull::new(memory.cast::<Core>())
+            .ok_or(Error::out_of_memory(Layout::new::<Core>()))?;
         // SAFETY: fresh memory with `Core`'s layout, allocated as `Box` does
         // (so a `Box` frees it: `Drop`).
         unsafe { core.write(core_value) };
@@ -330,10 +325,7 @@ impl CachingAllocator {
                 // SAFETY: `core` was allocated and written just above, as
                 // `Box` does, and nothing else refers to it.
                 drop(unsafe { Box::from_raw(core.as_ptr()) });
-                return Err(Error::OutOfMemory {
-                    size: size_of::<usize>() * 2,
-                    align: align_of::<usize>(),
-                });
+                return Err(Error::out_of_memory(Layout::new::<NonNull<dyn Reclaim>>()));
             }
         }
         let (windows, window) = lease::Windows::new();

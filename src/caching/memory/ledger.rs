@@ -16,7 +16,7 @@ use crate::os::page_size;
 /// Bytes held under an optional limit, charged with one atomic operation so
 /// that threads growing at once do not serialise, and the counters `Stats`
 /// and `CacheStats` report.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Ledger {
     limit: Option<usize>,
     held: AtomicUsize,
@@ -48,15 +48,9 @@ const WAITS: usize = 64;
 
 impl Ledger {
     pub(crate) fn new(limit: Option<usize>) -> Self {
-        let zero = || AtomicU64::new(0);
         Ledger {
             limit,
-            held: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
-            system_allocations: zero(),
-            system_frees: zero(),
-            hits: zero(),
-            misses: zero(),
+            ..Ledger::default()
         }
     }
 
