@@ -6,7 +6,7 @@ use core::alloc::Layout;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::memory::block::{size_class, size_class_at_most};
+use super::memory::block::{BlockOptions, size_class, size_class_at_most};
 use super::memory::block_cache::{BlockCache, ChunkOptions};
 use super::memory::chunk::Chunk;
 use super::memory::ledger::Ledger;
@@ -45,15 +45,17 @@ impl Account {
             .unwrap_or(otherwise)
     }
 
-    /// A chunk from the cache (see [`BlockCache::take`]), counted.
+    /// A chunk from the cache (see [`BlockCache::take`]), counted: a
+    /// reservation of `reserve` bytes if some, else a heap block.
     pub(super) fn take(
         &self,
         need: usize,
         want: usize,
-        options: ChunkOptions,
+        reserve: Option<usize>,
+        block: BlockOptions,
         request: Layout,
     ) -> Result<Chunk, Error> {
-        let reserving = options.reserve.is_some();
+        let reserving = reserve.is_some();
         // At least the request's pages (a reservation) or size class (a heap
         // block); at most `want`'s size class, so that a reservation falling
         // back to a heap block still gets one that holds `want`.
@@ -72,17 +74,12 @@ impl Account {
         };
         let charge = self.ledger.charge(least, most, fit, request)?;
         let want = charge.bytes();
-        // A heap block (where a reservation falls back to) within the room.
-        let most = if self.ledger.limit().is_some() {
-            want
-        } else {
-            usize::MAX
-        };
-        let ahead = !self.limited();
         let options = ChunkOptions {
-            most,
-            ahead,
-            ..options
+            block,
+            reserve,
+            // A heap block (where a reservation falls back to) within the room.
+            most: self.ledger.limit().map_or(usize::MAX, |_| want),
+            ahead: !self.limited(),
         };
         let mut taken = self.cache.take(need, want, options, request)?;
         // An idle chunk may hold more than asked: counted too, or, if that

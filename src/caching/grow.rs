@@ -4,10 +4,12 @@
 
 use core::alloc::Layout;
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{MutexGuard, TryLockError};
 
 use super::account::{Account, chunk_size};
-use super::memory::block_cache::{ChunkOptions, Reclaim};
+use super::lease::lease_new;
+use super::memory::block_cache::Reclaim;
 use super::memory::chunk::Chunk;
 use super::region::{FREE, Leased, RECLAIMING, Region, used_before_next};
 use super::{CachingAllocator, CachingConfig, Core, LockedState, Plan, deref, exclusive};
@@ -107,7 +109,7 @@ impl Leased<'_> {
                 config.prefaults(),
                 layout,
             )? {
-                bump.set_limit(m.committed());
+                bump.limit.store(m.committed(), Relaxed);
                 bump.sync_held(list);
                 return Ok(());
             }
@@ -132,16 +134,9 @@ impl Leased<'_> {
                     let bytes = bytes.max(used.saturating_mul(4));
                     limits.map_or(bytes, |limit| bytes.min(limit))
                 });
-                let options = ChunkOptions {
-                    block: config.block,
-                    reserve,
-                    most: usize::MAX,
-                    ahead: true,
-                };
-                list.chunks.insert(
-                    next,
-                    account.take(need.usable, need.target, options, layout)?,
-                );
+                let taken =
+                    account.take(need.usable, need.target, reserve, config.block, layout)?;
+                list.chunks.insert(next, taken);
                 if need.unused {
                     // Nothing in use and nothing that served: start over.
                     account.give_back_all(&mut list.chunks, 1);
@@ -195,9 +190,7 @@ impl CachingAllocator {
         for (i, &bytes) in plan.regions().iter().enumerate() {
             let layout = Layout::from_size_align(bytes, 1).map_err(|_| Error::layout(bytes, 1))?;
             if state.regions.len() == i {
-                let oom = Error::out_of_memory(layout);
-                state.regions.try_reserve(1).map_err(|_| oom)?;
-                state.regions.push(Region::try_new(FREE).ok_or(oom)?);
+                lease_new(&mut state.regions, FREE).ok_or(Error::out_of_memory(layout))?;
             }
             // SAFETY: `&mut self`: no thread holds a guard of the region or
             // can make one, and this is its one guard.

@@ -155,8 +155,9 @@ pub(super) fn lease_any(
     lease_new(regions, thread)
 }
 
-/// A new region leased to `thread`, recorded in `regions` (the allocator's
-/// list, under its lock); `None` when there is no memory for it.
+/// A new region leased to `thread` (FREE: to none), recorded in `regions`
+/// (the allocator's list, under its lock); `None` when there is no memory
+/// for it.
 pub(super) fn lease_new(
     regions: &mut Vec<NonNull<Region>>,
     thread: u64,

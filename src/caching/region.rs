@@ -461,11 +461,6 @@ impl BumpState {
         self.used_before.load(Relaxed)
     }
 
-    /// Makes a commit in place known to the fast path.
-    pub(super) fn set_limit(&self, limit: usize) {
-        self.limit.store(limit, Relaxed);
-    }
-
     /// Recounts what the region holds, after its chunks changed.
     pub(super) fn sync_held(&self, list: &ChunkList) {
         self.held

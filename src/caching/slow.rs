@@ -10,7 +10,6 @@ use core::ptr::NonNull;
 
 use super::debug::{CANARY_LEN, DebugState};
 use super::lease;
-use super::memory::block_cache::ChunkOptions;
 use super::region::{Extend, FREE, Leased, Region};
 use super::{CachingAllocator, LockedState, exclusive, regions};
 use crate::Error;
@@ -264,13 +263,10 @@ impl CachingAllocator {
         // No overflow: `extra` is 0 or a canary the layout was checked to hold.
         let need = layout.size() + layout.align().saturating_sub(page_size()) + extra;
         // Exactly what it needs, so that giving it back frees it all.
-        let options = ChunkOptions {
-            block: self.config.block,
-            reserve: self.config.reserve.map(|_| need),
-            most: usize::MAX,
-            ahead: true,
-        };
-        let chunk = self.account().take(need, need, options, layout)?;
+        let reserve = self.config.reserve.map(|_| need);
+        let chunk = self
+            .account()
+            .take(need, need, reserve, self.config.block, layout)?;
         let pad = chunk.base().as_ptr().addr().wrapping_neg() & (layout.align() - 1);
         // SAFETY: `pad < align`, and the chunk holds `size + extra + align -
         // page` usable bytes from a page-aligned start, so `pad + size +

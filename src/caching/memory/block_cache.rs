@@ -463,31 +463,29 @@ impl BlockCache {
         request: Layout,
     ) -> Result<Taken, Error> {
         let oom = Error::out_of_memory(request);
+        // What a reservation commits.
+        let to = if options.ahead { want } else { need };
         if let Some(mut chunk) = self.take_idle(need, want, options) {
             // Only a reservation comes back smaller than `need`: it grows,
             // or (the system refused that range) new memory serves instead.
-            let want = if options.ahead { want } else { need };
             let grown = match &mut chunk {
                 Chunk::Mapped(m) if m.committed() < need => {
-                    self.commit(m, need, want, options.block.prefault, request)
+                    self.commit(m, need, to, options.block.prefault, request)
                 }
                 _ => Ok(Some(0)),
             };
             match grown {
                 Ok(Some(bytes)) => {
                     self.ledger.hits.fetch_add(1, Relaxed);
-                    let system_allocations = u64::from(bytes != 0);
                     return Ok(Taken {
                         chunk,
-                        system_allocations,
+                        system_allocations: u64::from(bytes != 0),
                     });
                 }
-                Ok(None) => {
+                // Refused (new memory serves instead), or an error.
+                grown => {
                     self.give_back(chunk);
-                }
-                Err(e) => {
-                    self.give_back(chunk);
-                    return Err(e);
+                    grown?;
                 }
             }
         }
@@ -505,12 +503,10 @@ impl BlockCache {
             self.reservations.fetch_add(1, Relaxed);
             // Dropping `m` (an error, or the system refused that range and
             // a heap block serves instead) unmaps it.
-            let to = if options.ahead { want } else { need };
             let committed = self.commit(&mut m, need, to, options.block.prefault, request);
             if let Ok(Some(_)) = committed {
-                let chunk = Chunk::Mapped(m);
                 return Ok(Taken {
-                    chunk,
+                    chunk: Chunk::Mapped(m),
                     system_allocations: 1,
                 });
             }
