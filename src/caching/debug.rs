@@ -85,23 +85,15 @@ impl DebugState {
     /// Writes the canary after the `size` bytes at `ptr` (carved with
     /// [`padded`](Self::padded)) and records it. Call [`reserve`](Self::reserve) first.
     pub(super) fn record(&mut self, ptr: NonNull<u8>, size: usize) {
-        // SAFETY: `ptr` starts `size + CANARY_LEN` bytes just carved from a
-        // block this allocator holds, not yet handed out.
-        unsafe {
-            ptr.add(size)
-                .cast::<[u8; CANARY_LEN]>()
-                .write_unaligned(CANARY)
-        };
         debug_assert!(self.canaries.len() < self.canaries.capacity());
         self.canaries.push(Canary {
             ptr,
             size,
             reported: false,
         });
+        self.resized(self.canaries.len() - 1, size);
     }
 
-    /// Checks every canary. Returns the violations not counted before, and
-    /// the first corrupted canary's error.
     /// The index of the canary after the allocation `[ptr, ptr + size)`, if
     /// it is recorded and intact.
     pub(super) fn intact(&self, ptr: NonNull<u8>, size: usize) -> Option<usize> {
@@ -110,13 +102,15 @@ impl DebugState {
         (canary.size == size && canary.damage().is_none()).then_some(i)
     }
 
-    /// Moves canary `i` (from [`intact`](Self::intact)) to the end of its
-    /// allocation, now `size` bytes long.
+    /// Writes canary `i` at the end of its allocation, now `size` bytes
+    /// long: at [`record`](Self::record), and when a resize in place moves
+    /// the end (`i` from [`intact`](Self::intact)).
     pub(super) fn resized(&mut self, i: usize, size: usize) {
         let canary = &mut self.canaries[i];
-        // SAFETY: the allocation was just extended in place with room for
-        // its canary after it, carved from a block this allocator holds;
-        // the caller gave the allocation up to the resize.
+        // SAFETY: the allocation was just carved (`record`) or extended in
+        // place (a resize) with room for its canary after `size` bytes,
+        // from a block this allocator holds; the canary's bytes were never
+        // handed out, and on a resize the caller gave the allocation up.
         unsafe {
             canary
                 .ptr
@@ -127,6 +121,8 @@ impl DebugState {
         canary.size = size;
     }
 
+    /// Checks every canary. Returns the violations not counted before, and
+    /// the first corrupted canary's error.
     pub(super) fn check(&mut self) -> (u64, Option<Error>) {
         let mut new = 0;
         let mut first = None;
