@@ -30,8 +30,9 @@ out=$root/target/platforms
 # The integration tests that touch the OS layer (`cargo test --test all`
 # filters: a test runs when its path contains one): the CachingAllocator's
 # promise modules. The lib's unit tests run whole as well. Extend this list
-# when a module that reserves, commits or decommits memory is added.
-OS_TESTS="frames::scopes:: memory::stress:: memory::footprint:: memory::threads:: memory::budget:: frames::checkpoints:: failures::fallback:: memory::sessions:: failures::refusals:: traces::plan:: memory::work::"
+# when a module that reserves, commits or decommits memory is added (or
+# whose promise depends on in-place growth, as `scratch::grow_in_place::`).
+OS_TESTS="frames::scopes:: memory::stress:: memory::footprint:: memory::threads:: memory::budget:: frames::checkpoints:: failures::fallback:: memory::sessions:: failures::refusals:: traces::plan:: memory::work:: scratch::grow_in_place::"
 
 # The page sizes of the kernels tempalloc must handle besides 4 KiB: Apple
 # Silicon, iOS and Android 15+ (16 KiB), some arm64 servers (64 KiB).
