@@ -9,8 +9,9 @@
 #
 # Miri interprets on one thread, so the tests run in two lanes, one per
 # core, balanced by each test's time in a recorded run (.ci/miri-times);
-# each lane runs one process per run. Builds come first, once per
-# configuration; the lanes then only interpret. Each job's log is under
+# each lane runs one process per run and test binary it has tests of.
+# Builds come first, once per configuration (each run's tests are listed
+# while the next one builds); the lanes then only interpret. Each job's log is under
 # target/miri-logs/, printed when all are done, with each job's seconds, the
 # slowest tests, and this run's times (to refresh .ci/miri-times when the
 # tests have changed much: `cp target/miri-logs/times .ci/miri-times`).
@@ -23,25 +24,52 @@ export CARGO_TERM_COLOR=never
 # The modules that drive unsafe code (the allocators, the context,
 # checkpoints, threads, the property model, the debug checks); trace
 # parsing, the baseline model and the input tables are safe code that the
-# stacked-borrows run covers.
-TB_TESTS="os:: failure:: memory::footprint:: memory::threads:: memory::budget:: frames::checkpoints:: failures::fallback:: memory::sessions:: traces::plan:: frames::scopes:: allocators::fixed:: frames::context:: allocators::malloc:: allocators::bump:: traces::recording:: memory::model:: memory::stress:: failures::debug_checks:: failures::faults:: memory::work::"
+# stacked-borrows run covers. Of traces::plan::, the two tests that run an
+# allocator: the others only compute `Trace::plan`, safe code (neither
+# src/trace/plan.rs nor src/caching/plan.rs has `unsafe`).
+TB_TESTS="os:: failure:: memory::footprint:: memory::threads:: memory::budget:: frames::checkpoints:: failures::fallback:: memory::sessions:: traces::plan::a_region_committed_to_the_plan_never_grows traces::plan::a_prewarmed_allocator_takes_no_memory_in_its_first_inference frames::scopes:: allocators::fixed:: frames::context:: allocators::malloc:: allocators::bump:: traces::recording:: memory::model:: memory::stress:: failures::debug_checks:: failures::faults:: memory::work::"
 # What depends on the pointer width: the caching allocator's size classes,
 # per-window counters and budget arithmetic (`util::HUGE` at `1 << 30`),
 # sizes that overflow a 32-bit usize, and FixedAllocator and frames, whose
-# users are 32-bit microcontrollers.
-I686_TESTS="memory::footprint:: memory::threads:: memory::budget:: frames::checkpoints:: failures::bad_input:: failures::fallback:: memory::stress:: allocators::fixed:: frames::scopes:: memory::work::"
+# users are 32-bit microcontrollers. Left to the 64-bit runs, as they add
+# nothing at 32 bits (docs/reliability.md, "Miri"):
+# - memory::threads:: and memory::stress::, threads leasing regions: the
+#   lease word is an AtomicU64 at any width, and the requests, sizes and
+#   layouts they run at 32 bits are those of the caching tests kept here,
+#   several of them with threads (fresh threads per kernel, a worker after
+#   the thread that outgrew, threads outgrowing under a limit, work::);
+# - the bad_input rows whose input is the same at every width: alignments
+#   zero and three, zero-byte requests at alignments up to 1 MiB, stale
+#   checkpoints, no allocator. The rows kept are those with a number that
+#   is `usize::MAX`, `isize::MAX`, `1 << (usize::BITS - 1)` or `util::HUGE`.
+I686_TESTS="memory::footprint:: memory::budget:: frames::checkpoints:: failures::bad_input::alignment_above_the_largest_supported failures::bad_input::alignment_not_a_power_of_two failures::bad_input::zero_bytes_at_a_huge_alignment failures::bad_input::size_ failures::bad_input::typed_scratch_length_overflows failures::bad_input::vec_in_capacity_overflow failures::bad_input::request_above_ failures::bad_input::zero_length_typed_scratch failures::fallback:: allocators::fixed:: frames::scopes:: memory::work::"
 
 STRICT="-Zmiri-strict-provenance"
 # Each test's seconds under Miri in a recorded run (`RUN SECONDS NAME`), to
 # balance the lanes; a run writes its own to target/miri-logs/times.
 TIMES=.ci/miri-times
 
-# args RUN: the cargo arguments of a run; filters RUN: its test filters.
+# args RUN: the cargo arguments of a run, without the test binaries;
+# targets RUN: its test binaries (`lib`, the unit tests, and `all`);
+# filters RUN: its test filters.
 args() {
     case $1 in
-    sb | tb) echo "--lib --test all" ;;
-    nostd) echo "--no-default-features --lib --test all" ;;
-    i686) echo "--target i686-unknown-linux-gnu --test all" ;;
+    sb | tb) echo "" ;;
+    nostd) echo "--no-default-features" ;;
+    i686) echo "--target i686-unknown-linux-gnu" ;;
+    esac
+}
+targets() {
+    case $1 in
+    i686) echo "all" ;;
+    *) echo "lib all" ;;
+    esac
+}
+# target TARGET: cargo's argument for one test binary.
+target() {
+    case $1 in
+    lib) echo "--lib" ;;
+    *) echo "--test $1" ;;
     esac
 }
 filters() {
@@ -73,44 +101,88 @@ runs=("$@")
 out=target/miri-logs
 rm -rf "$out" && mkdir -p "$out"
 
-# Builds, and the sorted test names of each run, split in two.
+# Builds, and the sorted test names of each run's binaries. Listing runs
+# the binary under Miri (a few seconds each, on one core), so each run's
+# lists are made in the background while the next run builds. A run with
+# the build and binaries of an earlier one (tb, of sb) filters that run's
+# lists as libtest would (a name that contains any filter) instead of
+# starting Miri again.
 start=$(date +%s)
+listers=()
+# list RUN TARGET: the tests of one binary of RUN into RUN.TARGET.list.
+list() {
+    # shellcheck disable=SC2046 # lists of arguments
+    cargo +nightly miri test $(args "$1") $(target "$2") -q -- --list --format terse $(filters "$1") 2>/dev/null |
+        sed -n 's/: test$//p' | sort -u >"$out/$1.$2.list"
+}
+derived() { [ "$1" = tb ] && [[ " ${runs[*]} " == *" sb "* ]]; }
 for run in "${runs[@]}"; do
     # shellcheck disable=SC2046 # lists of arguments
-    cargo +nightly miri test $(args "$run") --no-run 2>&1 | tail -n 3
-    # shellcheck disable=SC2046
-    cargo +nightly miri test $(args "$run") -q -- --list --format terse $(filters "$run") 2>/dev/null |
-        sed -n 's/: test$//p' | sort -u >"$out/$run.list"
-    echo "miri: $run: $(wc -l <"$out/$run.list") tests"
-    [ -s "$out/$run.list" ] || { echo "miri: $run lists no test" >&2; exit 1; }
+    cargo +nightly miri test $(args "$run") $(for bin in $(targets "$run"); do target "$bin"; done) --no-run 2>&1 | tail -n 3
+    derived "$run" && continue
+    for bin in $(targets "$run"); do
+        list "$run" "$bin" &
+        listers+=($!)
+    done
+done
+for pid in "${listers[@]}"; do
+    wait "$pid" || { echo "miri: a listing failed" >&2; exit 1; }
+done
+if derived tb; then
+    pattern=()
+    for filter in $(filters tb); do pattern+=(-e "$filter"); done
+    for bin in $(targets tb); do
+        grep -F "${pattern[@]}" "$out/sb.$bin.list" >"$out/tb.$bin.list" || true
+    done
+fi
+for run in "${runs[@]}"; do
+    echo "miri: $run: $(cat "$out/$run".*.list | wc -l) tests"
+    [ -n "$(cat "$out/$run".*.list)" ] || { echo "miri: $run lists no test" >&2; exit 1; }
+    # A filter that selects nothing (a module renamed or moved) would leave
+    # its code out of the run without a word.
+    for filter in $(filters "$run"); do
+        grep -qF -e "$filter" "$out/$run".*.list || { echo "miri: $run: no test matches '$filter'" >&2; exit 1; }
+    done
 done
 echo "miri: builds and lists: $(($(date +%s) - start)) s"
 
 # The two lanes, balanced by time: every test of every run, longest first,
 # goes to the lane with less time so far, by the seconds each took in a
-# recorded run ($TIMES; a test not in it counts 5 s). Each lane then runs
-# one process per run, with the names it was given.
+# recorded run ($TIMES; a test not in it counts 5 s); a run's unit tests
+# (`lib`, a few seconds in all) go to one lane together, so the other
+# lane does not start that binary under Miri for that run. Each lane then
+# runs one process per binary of each run, with the names it was given.
 lists=()
-for run in "${runs[@]}"; do lists+=("$out/$run.list"); done
+for run in "${runs[@]}"; do lists+=("$out/$run".*.list); done
 [ -f "$TIMES" ] || TIMES=/dev/null
 awk '
     FILENAME == ARGV[1] { secs[$1 " " $3] = $2; next }
-    { split(FILENAME, p, "/"); run = p[length(p)]; sub(/\.list$/, "", run)
+    { split(FILENAME, p, "/"); split(p[length(p)], f, "."); run = f[1]; bin = f[2]
       t = ((run " " $0) in secs) ? secs[run " " $0] : 5
-      print t, run, $0 }' "$TIMES" "${lists[@]}" |
-    sort -k1,1nr -k2,3 | awk -v out="$out" '
-    { lane = (load[1] <= load[2]) ? 1 : 2; load[lane] += $1
-      print $3 >> (out "/" $2 "-" lane ".names") }
+      print t, run, bin, $0 }' "$TIMES" "${lists[@]}" |
+    sort -k1,1nr -k2,4 | awk -v out="$out" '
+    { if ($3 == "lib" && ($2 in unit)) lane = unit[$2]
+      else lane = (load[1] <= load[2]) ? 1 : 2
+      if ($3 == "lib") unit[$2] = lane
+      load[lane] += $1
+      print $4 >> (out "/" $2 "-" lane "." $3 ".names") }
     END { printf "miri: lanes balanced to %.0f s and %.0f s of recorded time\n", load[1], load[2] }'
 
-# job NAME (RUN-LANE): a lane's share of a run, by exact names; its seconds
-# into NAME.secs.
+# job NAME (RUN-LANE): a lane's share of a run, by exact names, one
+# process per binary it has names in; its seconds into NAME.secs.
 job() {
-    local name=$1 run=${1%-*} t0 rc=0
+    local name=$1 run=${1%-*} t0 rc=0 bin miriflags
+    # Checked: a failing substitution in an assignment before a command
+    # would run Miri with no flags at all, and pass.
+    miriflags=$(flags "$run") && [ -n "$miriflags" ] || { echo "miri: no MIRIFLAGS for $run" >&2; return 1; }
     t0=$(date +%s)
-    # shellcheck disable=SC2046 # lists of arguments and names
-    MIRIFLAGS=$(flags "$run") cargo +nightly miri test $(args "$run") -- -Zunstable-options --report-time --exact $(cat "$out/$name.names") \
-        >"$out/$name.log" 2>&1 || rc=$?
+    : >"$out/$name.log"
+    for bin in $(targets "$run"); do
+        [ -s "$out/$name.$bin.names" ] || continue
+        # shellcheck disable=SC2046 # lists of arguments and names
+        MIRIFLAGS=$miriflags cargo +nightly miri test $(args "$run") $(target "$bin") -- -Zunstable-options --report-time --exact $(cat "$out/$name.$bin.names") \
+            >>"$out/$name.log" 2>&1 || rc=$?
+    done
     echo "$(($(date +%s) - t0)) $rc" >"$out/$name.secs"
     return $rc
 }
@@ -119,7 +191,7 @@ job() {
 lane() {
     local which=$1 run rc=0
     for run in "${runs[@]}"; do
-        [ -s "$out/$run-$which.names" ] || continue
+        compgen -G "$out/$run-$which.*.names" >/dev/null || continue
         job "$run-$which" || rc=1
     done
     return $rc
@@ -137,7 +209,7 @@ for run in "${runs[@]}"; do
     for half in 1 2; do
         name=$run-$half
         [ -f "$out/$name.log" ] || continue
-        echo "---- miri $name ($(flags "$run"); $(args "$run"))"
+        echo "---- miri $name ($(flags "$run"); $(args "$run") $(for bin in $(targets "$run"); do target "$bin"; done))"
         grep -vE '^test .* \.\.\. ok( <[0-9.]+s>)?$' "$out/$name.log" || true
         grep -qE '^test result: ok\. [1-9]' "$out/$name.log" || { echo "miri: $name ran no test or failed" >&2; rc=1; }
     done
