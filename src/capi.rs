@@ -37,6 +37,8 @@ use handles::{guard, on_cache, on_exclusive, on_shared};
 pub use handles::{tempalloc_allocator, tempalloc_block_cache};
 
 use crate::Error;
+#[cfg(doc)]
+use crate::{BlockCache, CachingAllocator};
 
 /// A status code: [`TEMPALLOC_OK`] or one of the `TEMPALLOC_ERROR_*`
 /// constants. A plain integer (not a Rust enum), so a code C made up is

@@ -1,6 +1,11 @@
 //! The C functions on a `tempalloc_allocator` handle: create, allocate,
 //! reset, release, stats, checkpoint, rewind, check, destroy.
 
+// The docs link to the C API's other items by their names.
+#[cfg(doc)]
+#[allow(unused_imports)]
+use super::*;
+
 use core::alloc::Layout;
 use core::ffi::c_void;
 use core::ptr::{self, NonNull};

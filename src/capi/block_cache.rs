@@ -1,6 +1,11 @@
 //! The C functions on a `tempalloc_block_cache` handle, which several
 //! allocators share under one budget.
 
+// The docs link to the C API's other items by their names.
+#[cfg(doc)]
+#[allow(unused_imports)]
+use super::*;
+
 use core::ptr;
 use std::sync::Arc;
 

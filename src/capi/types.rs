@@ -1,5 +1,10 @@
 //! The structs the C API fills and reads, and their conversions.
 
+// The docs link to the C API's other items by their names.
+#[cfg(doc)]
+#[allow(unused_imports)]
+use super::*;
+
 use super::{
     TEMPALLOC_ERROR_BUDGET_EXCEEDED, TEMPALLOC_ERROR_INVALID_ALIGNMENT,
     TEMPALLOC_ERROR_INVALID_ARGUMENT, TEMPALLOC_ERROR_OUT_OF_MEMORY, TEMPALLOC_ERROR_SIZE_OVERFLOW,
