@@ -109,12 +109,11 @@ impl CachingConfig {
     /// that allocate in one window (the calling thread too) and `page` is
     /// the page size (twice that on heap blocks, below; add what requests
     /// pad to their alignment, which `high_water` does not count). Why not
-    /// less: a region
-    /// keeps the memory its thread used for as long as the thread leases it
-    /// (the window), so under work stealing each thread's region may hold a
-    /// window's worth. Far less usually serves: `1.5 * high_water` served
-    /// every schedule `tests/all/memory/work.rs` tried (docs/design.md,
-    /// "Budgets").
+    /// less: a region keeps the memory its thread used for as long as the
+    /// thread leases it (the window), so under work stealing each thread's
+    /// region may hold a window's worth. Far less usually serves: on
+    /// reservations `1.5 * high_water` served every schedule
+    /// `tests/all/memory/work.rs` tried (docs/design.md, "Budgets").
     ///
     /// The rule behind it: a program is served whenever the limit covers,
     /// for each thread allocating at once (and the thread that resets,
