@@ -1,7 +1,10 @@
 //! The C functions on a `tempalloc_allocator` handle: create, allocate,
 //! reset, release, stats, checkpoint, rewind, check, destroy.
 
-// The docs link to the C API's other items by their names.
+// The docs link to the C API's other items by their bare names, not by
+// paths: cbindgen copies these comments into include/tempalloc.h, where a
+// C reader would see `crate::capi::` in every link. Docs builds only: the
+// code imports what it uses.
 #[cfg(doc)]
 #[allow(unused_imports)]
 use super::*;

@@ -1,6 +1,9 @@
 //! The structs the C API fills and reads, and their conversions.
 
-// The docs link to the C API's other items by their names.
+// The docs link to the C API's other items by their bare names, not by
+// paths: cbindgen copies these comments into include/tempalloc.h, where a
+// C reader would see `crate::capi::` in every link. Docs builds only: the
+// code imports what it uses.
 #[cfg(doc)]
 #[allow(unused_imports)]
 use super::*;
