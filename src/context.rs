@@ -491,20 +491,21 @@ impl<'a> KernelContext<'a> {
     }
 
     /// What every runtime entry point does with the kernel's result: a
-    /// failure recorded with [`fail`](Self::fail) wins; else an `Ok` stays `Ok` (a refusal the
-    /// kernel handled is not a failure), and an `Err` takes the numbers of
-    /// the last refusal noted through the `Allocator` trait, whose
-    /// `AllocError` could not carry them.
+    /// failure recorded with [`fail`](Self::fail) wins; else the result is
+    /// the kernel's own. A refusal noted through the `Allocator` trait is
+    /// not a failure: the kernel handled it, or returned an error of its own
+    /// (which a refusal it handled earlier must not hide).
     #[inline]
     pub(crate) fn finish<R, E: From<Error>>(&self, result: Result<R, E>) -> Result<R, E> {
-        if let Some(e) = self.failure.get() {
-            return Err(E::from(e));
+        match self.failure.get() {
+            Some(e) => Err(E::from(e)),
+            None => result,
         }
-        result.map_err(|e| self.noted.get().map_or(e, E::from))
     }
 
     /// Keeps the numbers of a request refused where only `AllocError` can
-    /// be returned, for the caller that sees it and for the kernel's `Err`.
+    /// be returned, for the caller that sees it ([`failure`](Self::failure),
+    /// `ScratchVecExt`'s `try_` methods).
     #[inline]
     pub(crate) fn note(&self, error: Error) {
         self.noted.set(error);
@@ -551,7 +552,7 @@ impl<'a> KernelContext<'a> {
     /// last request a collection asked of the context (through the
     /// `Allocator` trait) and was refused: the numbers its `AllocError`
     /// could not carry. Only the first fails the kernel; the second is for
-    /// an `Err` the kernel returns.
+    /// the kernel to handle, or to put in an `Err` of its own.
     ///
     /// ```
     /// use tempalloc::{Error, FixedAllocator, KernelContext, ScratchVec};
@@ -586,9 +587,10 @@ impl fmt::Debug for KernelContext<'_> {
 /// thread) wins over an `Ok`: no error is lost.
 ///
 /// A refusal a collection met (an `Allocator`-trait request, whose
-/// `AllocError` has no numbers) is the kernel's to handle: it never turns
-/// the kernel's `Ok` into an `Err`, and it gives its numbers to an `Err`
-/// the kernel returns.
+/// `AllocError` has no numbers) is the kernel's to handle: it neither turns
+/// the kernel's `Ok` into an `Err` nor replaces an `Err` the kernel returns.
+/// [`KernelContext::failure`] has its numbers, and
+/// [`ScratchVecExt`](crate::ScratchVecExt)'s `try_` methods return them.
 ///
 /// `f` returns its own error type, anything [`Error`] converts into (`E:
 /// From<Error>`); a recorded failure is converted with `From`. Where the
@@ -621,8 +623,7 @@ impl fmt::Debug for KernelContext<'_> {
 ///
 /// # Errors
 ///
-/// The kernel's recorded failure, else what `f` returns (an `Err` with the
-/// numbers of the last refusal a collection met, if any).
+/// The kernel's recorded failure, else what `f` returns.
 pub fn with_context<R, E: From<Error>>(
     temp: &mut dyn TempAllocator,
     f: impl FnOnce(&KernelContext<'_>) -> Result<R, E>,

@@ -117,8 +117,10 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     ///
     /// A refusal a collection met (a [`FrameVec`](crate::FrameVec) that
     /// could not grow: an `Allocator`-trait request, whose `AllocError` has
-    /// no numbers) is the frame's to handle: it never turns `f`'s `Ok` into
-    /// an `Err`, and it gives its numbers to an `Err` `f` returns.
+    /// no numbers) is the frame's to handle: it neither turns `f`'s `Ok` into
+    /// an `Err` nor replaces an `Err` `f` returns (a refusal handled earlier
+    /// must not hide it); [`KernelContext::failure`] on the frame has its
+    /// numbers.
     ///
     /// ```
     /// use tempalloc::{Error, MallocAllocator, Rewind, TempAllocator};
@@ -132,8 +134,7 @@ pub unsafe trait Rewind: TempAllocator + Sized {
     /// # Errors
     ///
     /// A failure recorded with [`fail`](KernelContext::fail) on the frame,
-    /// else what `f` returns (an `Err` with the numbers of the last refusal
-    /// its [`allocator`](Frame::allocator) met, if any).
+    /// else what `f` returns.
     fn frame<R, E: From<Error>>(
         &mut self,
         f: impl for<'f> FnOnce(&mut Frame<'f, Self>) -> Result<R, E>,
@@ -389,11 +390,12 @@ impl<'f, A: Rewind> Frame<'f, A> {
     /// result is `f`'s, except that a failure the kernel recorded with
     /// [`KernelContext::fail`] wins over an `Ok` (converted with `From`).
     /// A refusal a collection met (an `Allocator`-trait request, whose
-    /// `AllocError` has no numbers) is the kernel's to handle: it never
-    /// turns the kernel's `Ok` into an `Err`, and it gives its numbers to an
-    /// `Err` the kernel returns. The kernel may share the context with worker threads (scoped threads,
-    /// a rayon pool), and returns its own error type, as
-    /// [`Rewind::frame`] says.
+    /// `AllocError` has no numbers) is the kernel's to handle: it neither
+    /// turns the kernel's `Ok` into an `Err` nor replaces an `Err` the
+    /// kernel returns ([`KernelContext::failure`] has its numbers). The
+    /// kernel may share the context with worker threads (scoped threads, a
+    /// rayon pool), and returns its own error type, as [`Rewind::frame`]
+    /// says.
     ///
     /// ```
     /// use tempalloc::{CachingAllocator, Error, KernelContext};
@@ -429,8 +431,7 @@ impl<'f, A: Rewind> Frame<'f, A> {
     ///
     /// # Errors
     ///
-    /// The kernel's recorded failure, else what `f` returns (an `Err` with
-    /// the numbers of the last refusal a collection met), else a failed
+    /// The kernel's recorded failure, else what `f` returns, else a failed
     /// checkpoint or rewind.
     pub fn kernel<R, E: From<Error>>(
         &mut self,

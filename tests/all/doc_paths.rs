@@ -1,4 +1,4 @@
-//! Every path README.md and docs/ name either ships in the
+//! Every path README.md and docs/ name exists, and either ships in the
 //! package (Cargo.toml's `include`) or is said to be the repository's, so a
 //! reader of the crates.io or docs.rs copy is never sent to a file that is
 //! not there.
@@ -111,7 +111,7 @@ fn repository_folders(text: &str) -> Vec<String> {
 
 #[test]
 #[cfg_attr(miri, ignore = "reads the source tree, which Miri's isolation forbids")]
-fn every_path_the_docs_name_ships_or_is_the_repositorys() {
+fn every_path_the_docs_name_exists_and_ships_or_is_the_repositorys() {
     let globs = includes();
     let mut docs = vec!["README.md".to_string()];
     for entry in std::fs::read_dir(Path::new(ROOT).join("docs"))
@@ -129,6 +129,10 @@ fn every_path_the_docs_name_ships_or_is_the_repositorys() {
         let repository = repository_folders(&text);
         for path in paths(&text) {
             checked += 1;
+            assert!(
+                Path::new(ROOT).join(&path).exists(),
+                "{doc} names `{path}`, which does not exist"
+            );
             if shipped(&globs, path.trim_end_matches('/')) {
                 continue;
             }

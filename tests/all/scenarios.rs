@@ -37,7 +37,7 @@ pub fn page() -> usize {
 }
 
 /// The platforms where the crate reserves nothing, so every region is heap
-/// blocks: Miri, and the `none` OS backend (`src/os.rs` picks it for what
+/// blocks: Miri, and the `none` OS backend (`src/os/mod.rs` picks it for what
 /// is neither Unix nor Windows).
 pub const HEAP_BLOCKS_ONLY: bool = cfg!(any(miri, not(any(unix, windows))));
 

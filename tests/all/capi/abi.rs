@@ -610,7 +610,7 @@ fn header_is_what_cbindgen_generates() {
         checked_in == generated,
         "include/tempalloc.h differs from what cbindgen generates from src/capi.rs; \
          regenerate it with `TEMPALLOC_BLESS=1 cargo test --features capi --test all \
-         capi::header_is_what_cbindgen_generates`"
+         capi::abi::header_is_what_cbindgen_generates`"
     );
 }
 
@@ -643,7 +643,7 @@ pub(crate) fn compiler(var: &str, default: &str) -> String {
     if let Err(e) = Command::new(&cc).arg("--version").output() {
         panic!(
             "`{cc}` not found ({e}): install it or set {var}; \
-             `--skip capi::c_ --skip capi::cpp_ --skip capi_docs::every_` runs the other tests"
+             `--skip capi::abi::c_ --skip capi::abi::cpp_ --skip capi::docs::every_` runs the other tests"
         );
     }
     cc

@@ -1,7 +1,7 @@
 //! A refusal a kernel handles stays handled. A request
 //! refused through the `Allocator` trait (a `ScratchVec` or `FrameVec` that
-//! cannot grow) never turns the kernel's `Ok` into an `Err`; it gives its
-//! numbers to an `Err` the kernel returns.
+//! cannot grow) neither turns the kernel's `Ok` into an `Err` nor replaces
+//! an `Err` the kernel returns; `ctx.failure()` has its numbers.
 
 use tempalloc::{
     CachingAllocator, CachingConfig, Error, FrameVec, KernelContext, ScratchVec, ScratchVecExt,
@@ -43,15 +43,39 @@ fn a_scratch_vec_refusal_handled_by_a_fallback_is_ok() {
     assert_eq!(r, Ok(4096));
 }
 
+/// A kernel's own error.
+#[derive(Debug, PartialEq)]
+enum KernelError {
+    Scratch(Error),
+    Shape(usize),
+}
+
+impl From<Error> for KernelError {
+    fn from(e: Error) -> Self {
+        KernelError::Scratch(e)
+    }
+}
+
 #[test]
-fn an_err_the_kernel_returns_takes_the_refusals_numbers() {
+fn an_err_the_kernel_returns_after_a_handled_refusal_comes_out_as_it_is() {
     let mut temp = capped();
+    // Falls back after the refusal, then finds its input's shape wrong.
+    let kernel = |ctx: &KernelContext| -> Result<usize, KernelError> {
+        fallback(ctx)?;
+        Err(KernelError::Shape(3))
+    };
+    assert_eq!(with_context(&mut temp, kernel), Err(KernelError::Shape(3)));
+    assert_eq!(
+        temp.frame(|inf| inf.kernel(kernel)),
+        Err(KernelError::Shape(3))
+    );
+    // An `Err` the kernel made from the refusal keeps what the kernel put
+    // in it: here the numbers, from `ctx.failure()`.
     let kernel = |ctx: &KernelContext| {
         let mut v = ScratchVec::<u8>::new_in(ctx);
-        // The kernel's own error has no numbers; the refusal's replace it.
         v.try_reserve(8 << 20)
-            .map_err(|_| Error::OutOfMemory { size: 0, align: 0 })?;
-        Ok(v.capacity())
+            .map_err(|_| ctx.failure().unwrap_or(Error::NoTempAllocator))?;
+        Ok::<_, Error>(v.capacity())
     };
     for r in [
         with_context(&mut temp, kernel),
@@ -62,12 +86,20 @@ fn an_err_the_kernel_returns_takes_the_refusals_numbers() {
             "{r:?}"
         );
     }
-    // `fail` still wins over an `Ok`.
+    // `fail` still wins over an `Ok`, and over the kernel's own `Err`.
     let r = with_context(&mut temp, |ctx| {
         ctx.fail(Error::InvalidAlignment { align: 3 });
         Ok::<_, Error>(())
     });
     assert_eq!(r, Err(Error::InvalidAlignment { align: 3 }));
+    let r = with_context(&mut temp, |ctx| {
+        ctx.fail(Error::InvalidAlignment { align: 3 });
+        Err::<(), _>(KernelError::Shape(1))
+    });
+    assert_eq!(
+        r,
+        Err(KernelError::Scratch(Error::InvalidAlignment { align: 3 }))
+    );
 }
 
 #[test]

@@ -367,3 +367,36 @@ fn a_limit_of_the_threads_plus_one_times_the_high_water_serves_any_schedule() {
     }
     assert!(refused.is_empty(), "{refused:#?}");
 }
+
+/// The budget sentence's padding term: 64 requests of 8 bytes at 4 KiB
+/// alignment (a kernel that wants page-aligned buffers) are 512 bytes to
+/// `high_water` but 64 aligned slots carved. A limit of
+/// `(T + 1) x (high_water + padding + page)` serves them; one that leaves
+/// the padding out does not.
+#[test]
+fn the_budget_counts_what_requests_pad_to_their_alignment() {
+    const REQUESTS: usize = 64;
+    let run = |limit: Option<usize>| -> Result<Stats, Error> {
+        let mut temp = CachingAllocator::with_config(fast().max_bytes(limit));
+        for _ in 0..3 {
+            temp.frame(|inf| {
+                inf.kernel(|ctx| {
+                    (0..REQUESTS).try_for_each(|_| ctx.allocate_temp(8, 4096).map(drop))
+                })
+            })?;
+        }
+        Ok(temp.stats())
+    };
+    let high = run(None).unwrap().high_water;
+    assert_eq!(high, REQUESTS * 8);
+    let padding = REQUESTS * (4096 - 8);
+    let chain = if mapped() { 1 } else { 2 };
+    // One thread, which also resets: T + 1 = 2.
+    let served = run(Some(chain * 2 * (high + padding + page())));
+    assert!(served.is_ok(), "{served:?}");
+    let refused = run(Some(2 * (high + page())));
+    assert!(
+        matches!(refused, Err(Error::BudgetExceeded { .. })),
+        "{refused:?}"
+    );
+}

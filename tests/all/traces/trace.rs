@@ -222,21 +222,21 @@ fn reference_fingerprint(name: &str) -> Fingerprint {
     }
 }
 
-/// With `TEMPALLOC_TRACES=DIR` (the folder of the reference `.trace`
-/// files), rewrites `tests/data` from them: the fingerprints and the first
-/// 300 lines of each. Without it, does nothing: the tests read only what
-/// the package ships.
+/// Not a test but the tool that rewrites `tests/data` from the reference
+/// `.trace` files (the fingerprints and the first 300 lines of each), so
+/// ignored: `TEMPALLOC_TRACES=DIR cargo test --test all
+/// trace::reference_data -- --ignored`, `DIR` their folder. The tests read
+/// only what the package ships.
 #[test]
-#[cfg_attr(miri, ignore = "writes files, which Miri's isolation forbids")]
+#[ignore = "a tool, not a test: rewrites tests/data from the reference traces (TEMPALLOC_TRACES=DIR)"]
 fn reference_data_is_rewritten_from_the_traces_when_asked() {
-    let Some(dir) = std::env::var_os("TEMPALLOC_TRACES") else {
-        return;
-    };
+    let dir = std::env::var_os("TEMPALLOC_TRACES")
+        .expect("TEMPALLOC_TRACES=DIR, the folder of the reference .trace files");
     let mut table = String::from(
         "# The reference traces (traces/gen_traces.py: steady, decode, mixed), as\n\
          # fingerprints: name, events, requests, inferences, FNV-1a 64 of the trace\n\
          # as Trace::to_string writes it. Rewritten from the .trace files by\n\
-         # TEMPALLOC_TRACES=DIR cargo test --test all trace::reference_data\n",
+         # TEMPALLOC_TRACES=DIR cargo test --test all trace::reference_data -- --ignored\n",
     );
     for name in ["steady", "decode", "mixed"] {
         let path = PathBuf::from(&dir).join(format!("{name}.trace"));
