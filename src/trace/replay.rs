@@ -290,7 +290,10 @@ impl Trace {
 }
 
 /// Serves `pending` (and empties it): thread 0's requests on this thread,
-/// every other thread id's on a scoped thread of its own, all at once.
+/// every other thread id's on a scoped thread of its own, all at once. A
+/// thread the system will not start (a trace with more thread ids than it
+/// allows) has its requests served on this thread after thread 0's, not a
+/// panic.
 fn run_threads(temp: &CachingAllocator, pending: &mut Vec<(u32, Layout)>) -> Result<(), Error> {
     let serve = |thread: u32| -> Result<(), Error> {
         for &(_, layout) in pending.iter().filter(|(t, _)| *t == thread) {
@@ -306,11 +309,18 @@ fn run_threads(temp: &CachingAllocator, pending: &mut Vec<(u32, Layout)>) -> Res
     others.sort_unstable();
     others.dedup();
     let result = std::thread::scope(|scope| {
+        let mut here = Vec::new();
         let workers: Vec<_> = others
             .iter()
-            .map(|&t| scope.spawn(move || serve(t)))
+            .filter_map(|&t| {
+                let spawned = std::thread::Builder::new().spawn_scoped(scope, move || serve(t));
+                spawned.map_err(|_| here.push(t)).ok()
+            })
             .collect();
         let mut result = serve(0);
+        for t in here {
+            result = result.and_then(|()| serve(t));
+        }
         for worker in workers {
             // `serve` reports errors instead of panicking; should a worker
             // panic all the same, the panic goes on in this thread.

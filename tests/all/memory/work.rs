@@ -400,3 +400,59 @@ fn the_budget_counts_what_requests_pad_to_their_alignment() {
         "{refused:?}"
     );
 }
+
+/// What the frame itself takes (activations, a `FrameVec`) is held once
+/// under `pool.install(|| temp.frame(..))`, on whichever worker rayon runs
+/// it: the frame takes the largest region. The kernels here take no
+/// scratch, so what is held is the frame's alone (README, "`pool.install`
+/// included"); with their scratch, the `#[ignore]`d tests above.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "rayon's deque (crossbeam-epoch) casts integers to pointers, which strict provenance refuses"
+)]
+fn the_frames_own_memory_on_the_pool_is_held_once() {
+    let width = width();
+    for workers in [1, 2, 4, 8] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .build()
+            .unwrap();
+        let mut temp = CachingAllocator::with_config(fast());
+        let mut seen = Vec::new();
+        for _ in 0..scaled(INFERENCES, 4) {
+            let inference = |inf: &mut Frame<'_, CachingAllocator>| {
+                let mut means = FrameVec::new_in(inf.allocator());
+                for layer in 0..LAYERS {
+                    let act = inf.scratch_fill::<f32>(ROWS * width, layer as f32)?;
+                    inf.kernel(|_ctx| {
+                        pool.install(|| act.par_chunks_mut(width).for_each(|r| r[0] += 1.0));
+                        Ok::<_, Error>(())
+                    })?;
+                    means.try_push(act[0])?;
+                }
+                Ok::<_, Error>(means.len())
+            };
+            let layers = pool.install(|| temp.frame(inference)).unwrap();
+            assert_eq!(layers, LAYERS);
+            seen.push(temp.stats());
+        }
+        let last = seen.last().unwrap();
+        let after: Vec<u64> = seen
+            .windows(2)
+            .skip(1)
+            .map(|w| w[1].system_allocations - w[0].system_allocations)
+            .collect();
+        let report = format!(
+            "{workers} workers: held {} for a window of {}; system allocations per inference from the third: {after:?}",
+            last.bytes_held, last.window_high_water
+        );
+        eprintln!("{report}");
+        let bound = if mapped() { 1.25 } else { 2.0 };
+        assert!(
+            last.bytes_held as f64 <= bound * last.window_high_water as f64,
+            "{report}"
+        );
+        assert!(after.iter().all(|&n| n == 0), "{report}");
+    }
+}
