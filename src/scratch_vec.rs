@@ -13,8 +13,8 @@ use crate::{Error, FrameAllocator, KernelContext};
 /// window, it grows in place (with `CachingAllocator` and
 /// `FixedAllocator`; `BumpAllocator` moves it down into the room below it
 /// while its chunk has that room; see
-/// [`TempAllocator::grow`](crate::TempAllocator::grow)), so pushed to N
-/// bytes it holds about N; once other scratch follows it, growing copies
+/// [`TempAllocator::grow`](crate::TempAllocator::grow)), so it holds its
+/// capacity, not every capacity it doubled through; once other scratch follows it, growing copies
 /// and leaves the old buffer in scratch until the reset: reserve the final
 /// length up front when you know it.
 ///

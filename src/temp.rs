@@ -102,8 +102,8 @@ pub unsafe trait TempAllocator: Sync {
     /// `old.size()` bytes stay as they were. It can when the allocation is
     /// the newest of the calling thread's window and the room after it is
     /// there: then a growing collection (a [`ScratchVec`](crate::ScratchVec)
-    /// or [`FrameVec`](crate::FrameVec)) holds about its size, not twice
-    /// it. `CachingAllocator` (within its region's reservation) and
+    /// or [`FrameVec`](crate::FrameVec)) holds its capacity, not every
+    /// capacity it doubled through. `CachingAllocator` (within its region's reservation) and
     /// `FixedAllocator` grow in place; the default, kept by the others,
     /// says `false`, and the caller then allocates and copies. Never
     /// shrinks (`new_size < old.size()` is `false`).
@@ -143,7 +143,8 @@ pub unsafe trait TempAllocator: Sync {
     /// `Allocator::grow` of a [`KernelContext`](crate::KernelContext) and
     /// a [`FrameAllocator`](crate::FrameAllocator) calls it, so a
     /// [`ScratchVec`](crate::ScratchVec) or [`FrameVec`](crate::FrameVec)
-    /// pushed to N bytes holds about N where the allocator can.
+    /// holds its capacity, not every capacity it doubled through, where the
+    /// allocator can.
     ///
     /// The default keeps `ptr` when it is aligned for `new` and
     /// [`resize_in_place`](Self::resize_in_place) extends it
