@@ -118,7 +118,7 @@ where
     A::Checkpoint: Send + 'static,
 {
     fn checkpoint_dyn(&self) -> Result<Box<dyn Any + Send>, Error> {
-        Ok(Box::new(Rewind::checkpoint(self)?))
+        try_box(Rewind::checkpoint(self)?)
     }
 
     fn rewind_dyn(&mut self, checkpoint: Box<dyn Any + Send>) -> Result<(), Error> {
@@ -126,6 +126,26 @@ where
             .downcast::<A::Checkpoint>()
             .map_err(|_| Error::ForeignCheckpoint)?;
         Rewind::rewind(self, *checkpoint)
+    }
+}
+
+/// `Box::new(value)`, but [`Error::OutOfMemory`] where the heap refuses,
+/// not an abort (`Box::try_new` is not stable).
+fn try_box<T: Send + 'static>(value: T) -> Result<Box<dyn Any + Send>, Error> {
+    let layout = Layout::new::<T>();
+    if layout.size() == 0 {
+        // Allocates nothing.
+        return Ok(Box::new(value));
+    }
+    // SAFETY: `layout` is not zero-sized.
+    let p = NonNull::new(unsafe { std::alloc::alloc(layout) }.cast::<T>())
+        .ok_or_else(|| Error::out_of_memory(layout))?;
+    // SAFETY: `p` is fresh memory from the global allocator with `T`'s
+    // layout, so writing a `T` there is sound, and `Box` may own it and
+    // free it with that layout.
+    unsafe {
+        p.as_ptr().write(value);
+        Ok(Box::from_raw(p.as_ptr()))
     }
 }
 
@@ -201,7 +221,8 @@ impl AnyTemp {
 
     /// A runtime's own [`Rewind`] allocator, boxed, beside the crate's: it
     /// runs frames as they do. Each checkpoint (each kernel and nested
-    /// frame) is a small heap allocation.
+    /// frame) is a small heap allocation (an [`Error::OutOfMemory`] if the
+    /// heap refuses it, not an abort).
     ///
     /// ```
     /// use tempalloc::{AnyTemp, Error, FixedAllocator};

@@ -9,7 +9,10 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use tempalloc::testing::fail_nth_allocation;
-use tempalloc::{BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, TempAllocator};
+use tempalloc::{
+    AnyTemp, BlockCache, CachingAllocator, CachingConfig, Error, KernelContext, MallocAllocator,
+    Rewind, TempAllocator,
+};
 
 use crate::util::{check, fill, page};
 
@@ -343,6 +346,19 @@ mod the_records {
                 temp.reset();
             }
         }
+    }
+
+    #[test]
+    fn a_custom_allocators_checkpoint_without_memory_is_an_error() {
+        // `AnyTemp::custom` boxes each checkpoint.
+        let mut temp = AnyTemp::custom(MallocAllocator::new());
+        let refused = failing_from(1, || temp.checkpoint().map(drop));
+        assert!(
+            matches!(refused, Err(Error::OutOfMemory { size, .. }) if size > 0),
+            "{refused:?}"
+        );
+        let cp = temp.checkpoint().unwrap();
+        temp.rewind(cp).unwrap();
     }
 
     #[test]
