@@ -134,11 +134,12 @@ fn a_scratch_vec_over_budget_records_the_real_error() {
         });
         // The kernel handled the refusal: its `Ok` stands.
         assert_eq!(r, Ok(100), "{name}");
-        // A kernel that gives up returns an `Err` with the refusal's numbers.
+        // A kernel that gives up returns an `Err` with the refusal's
+        // numbers, which the context kept.
         let r = with_context(temp, |ctx| {
             let mut big: ScratchVec<'_, u64> = ScratchVec::new_in(ctx);
             big.try_reserve(10_000)
-                .map_err(|_| Error::OutOfMemory { size: 0, align: 0 })?;
+                .map_err(|_| ctx.failure().unwrap_or(Error::NoTempAllocator))?;
             Ok(big.len())
         });
         match r {
