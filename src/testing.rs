@@ -1,7 +1,8 @@
 //! Helpers for tests that force error paths: a request
 //! ([`FailAt`]), a system allocation ([`fail_nth_allocation`]) or a system
-//! call ([`refuse_system_calls`]) made to fail; and the page size the
-//! allocators use ([`page_size`]), for expectations in whole pages.
+//! call ([`refuse_system_calls`]) made to fail; the page size the
+//! allocators use ([`page_size`]), for expectations in whole pages; and the
+//! locks a thread took ([`locks_taken`]), for the fast path's promise.
 //!
 //! Behind the `test-util` feature, so a production build has none of it.
 //! Turn it on where the tests are, in `[dev-dependencies]` (as with tokio's
@@ -251,4 +252,37 @@ pub fn refuse_system_calls(call: SystemCall, skip: u32, times: u32) {
 /// ```
 pub fn page_size() -> usize {
     crate::os::page_size()
+}
+
+std::thread_local! {
+    /// Locks of the caching allocator and its cache this thread took.
+    static LOCKS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// Counts a lock the calling thread takes (`CachingAllocator`'s or its
+/// `BlockCache`'s mutexes).
+#[inline]
+pub(crate) fn count_lock() {
+    LOCKS.with(|locks| locks.set(locks.get() + 1));
+}
+
+/// How many locks of a `CachingAllocator` or its `BlockCache` the calling
+/// thread has taken so far: a request on the fast path takes none.
+///
+/// ```
+/// use tempalloc::testing::locks_taken;
+/// use tempalloc::{CachingAllocator, KernelContext};
+///
+/// let temp = CachingAllocator::new();
+/// let ctx = KernelContext::new(&temp);
+/// ctx.scratch::<f32>(64)?; // the first: the thread takes a region
+/// let before = locks_taken();
+/// for _ in 0..100 {
+///     ctx.scratch::<f32>(64)?;
+/// }
+/// assert_eq!(locks_taken(), before);
+/// # Ok::<(), tempalloc::Error>(())
+/// ```
+pub fn locks_taken() -> u64 {
+    LOCKS.with(core::cell::Cell::get)
 }

@@ -297,8 +297,8 @@ impl Core {
     /// thread holds the lock.
     fn idle(&self) -> Option<MutexGuard<'_, LockedState>> {
         match self.state.try_lock() {
-            Ok(state) => Some(state),
-            Err(TryLockError::Poisoned(state)) => Some(state.into_inner()),
+            Ok(state) => Some(super::memory::counted(state)),
+            Err(TryLockError::Poisoned(state)) => Some(super::memory::counted(state.into_inner())),
             Err(TryLockError::WouldBlock) => None,
         }
     }

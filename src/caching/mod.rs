@@ -44,6 +44,7 @@ pub(crate) use checkpoint::Parts as CheckpointParts;
 use debug::DebugState;
 use memory::block_cache::Reclaim;
 use memory::chunk::Chunk;
+use memory::counted;
 use region::{Extend, FREE, Leased, Mark, Region, Totals};
 
 /// Ids that tell allocators apart (never 0, which no thread remembers).
@@ -156,7 +157,7 @@ fn exclusive(core: &mut NonNull<Core>, reachable: bool) -> (StateAccess<'_>, &Ac
         // SAFETY: `core` lives until the allocator drops (`try_with_cache`,
         // `Drop`); other allocators reach it only as `&Core`, as here.
         let core = unsafe { core.as_ref() };
-        let state = core.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = counted(core.state.lock().unwrap_or_else(PoisonError::into_inner));
         return (StateAccess::Locked(state), &core.account);
     }
     // SAFETY: `core` lives until the allocator drops (`try_with_cache`,
@@ -400,7 +401,7 @@ impl CachingAllocator {
     fn lock(&self) -> MutexGuard<'_, LockedState> {
         // Nothing panics under the lock, and the slow path leaves `LockedState`
         // consistent at every early return, so poison is ignored.
-        (self.core().state.lock()).unwrap_or_else(PoisonError::into_inner)
+        counted((self.core().state.lock()).unwrap_or_else(PoisonError::into_inner))
     }
 
     fn core(&self) -> &Core {

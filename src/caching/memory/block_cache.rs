@@ -322,7 +322,7 @@ impl BlockCache {
 
     fn sessions(&self) -> MutexGuard<'_, Vec<Session>> {
         // Nothing panics under it, as for `idle`.
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+        super::counted(self.sessions.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Takes back, largest first, up to `bytes` of the memory the
@@ -352,7 +352,7 @@ impl BlockCache {
     fn idle(&self) -> MutexGuard<'_, VecDeque<Chunk>> {
         // Nothing panics while the lock is held and every statement leaves
         // the list consistent, so a poisoned lock is still good.
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+        super::counted(self.idle.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Charges between `need` and `want` bytes to the hard limit (`want`

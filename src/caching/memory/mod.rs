@@ -10,3 +10,12 @@ pub(super) mod block;
 pub(super) mod block_cache;
 pub(super) mod chunk;
 pub(super) mod ledger;
+
+/// A lock's guard, just taken: counted for `testing::locks_taken` in
+/// builds with `test-util`, nothing in others.
+#[inline(always)]
+pub(super) fn counted<G>(guard: G) -> G {
+    #[cfg(feature = "test-util")]
+    crate::testing::count_lock();
+    guard
+}

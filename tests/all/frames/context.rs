@@ -1,7 +1,11 @@
 //! `with_context`, `KernelContext` plumbing and threads sharing one context.
 
-use tempalloc::{Error, KernelContext, MallocAllocator, TempAllocator, with_context};
+use tempalloc::testing::locks_taken;
+use tempalloc::{
+    CachingAllocator, Error, KernelContext, MallocAllocator, TempAllocator, with_context,
+};
 
+use crate::scenarios::scaled;
 use crate::util::{check, fill, for_each_allocator};
 
 #[test]
@@ -146,4 +150,47 @@ fn the_context_and_every_allocator_are_send_and_sync() {
     for_each_allocator(|name, temp| {
         assert_eq!(with_context(temp, threaded), Ok(30), "{name}");
     });
+}
+
+/// The README's promise for `CachingAllocator`'s fast path: no lock. After
+/// a thread's first request in a window (which takes its region), a warm
+/// thread's requests take no lock of the allocator's or its cache's: on the
+/// frame's thread and on fresh worker threads sharing the kernel's context,
+/// in the README's frame-and-kernels pattern.
+#[test]
+fn requests_after_a_threads_first_in_a_window_take_no_lock() {
+    let mut temp = CachingAllocator::new();
+    for inference in 0..4 {
+        let locks = temp.frame(|inf| {
+            inf.kernel(|ctx| {
+                // The locks one thread took for its requests after its first.
+                let one = || -> Result<u64, Error> {
+                    ctx.scratch::<f32>(64)?;
+                    let before = locks_taken();
+                    for _ in 0..scaled(1000, 20) {
+                        ctx.scratch::<f32>(64)?;
+                    }
+                    Ok(locks_taken() - before)
+                };
+                let mut locks = vec![one()?];
+                std::thread::scope(|s| {
+                    let workers: Vec<_> = (0..3).map(|_| s.spawn(one)).collect();
+                    workers
+                        .into_iter()
+                        .try_for_each(|w| Ok(locks.push(w.join().unwrap()?)))
+                })?;
+                Ok::<_, Error>(locks)
+            })
+        });
+        let locks = locks.unwrap();
+        // The first two inferences grow the regions (a growth may take
+        // the cache's lock); from the third, each is warm.
+        if inference >= 2 {
+            assert_eq!(locks, [0; 4], "inference {inference}");
+        }
+    }
+    // The count sees this allocator's lock: `stats` takes it.
+    let before = locks_taken();
+    temp.stats();
+    assert!(locks_taken() > before);
 }
