@@ -11,6 +11,7 @@ use super::account::{Account, chunk_size};
 use super::lease::lease_new;
 use super::memory::block_cache::Reclaim;
 use super::memory::chunk::Chunk;
+use super::memory::counted;
 use super::region::{FREE, Leased, RECLAIMING, Region, used_before_next};
 use super::{CachingAllocator, CachingConfig, Core, LockedState, Plan, deref, exclusive};
 use crate::Error;
@@ -297,8 +298,8 @@ impl Core {
     /// thread holds the lock.
     fn idle(&self) -> Option<MutexGuard<'_, LockedState>> {
         match self.state.try_lock() {
-            Ok(state) => Some(super::memory::counted(state)),
-            Err(TryLockError::Poisoned(state)) => Some(super::memory::counted(state.into_inner())),
+            Ok(state) => Some(counted(state)),
+            Err(TryLockError::Poisoned(state)) => Some(counted(state.into_inner())),
             Err(TryLockError::WouldBlock) => None,
         }
     }
