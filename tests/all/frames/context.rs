@@ -175,9 +175,10 @@ fn requests_after_a_threads_first_in_a_window_take_no_lock() {
                 let mut locks = vec![one()?];
                 std::thread::scope(|s| {
                     let workers: Vec<_> = (0..3).map(|_| s.spawn(one)).collect();
-                    workers
-                        .into_iter()
-                        .try_for_each(|w| Ok(locks.push(w.join().unwrap()?)))
+                    workers.into_iter().try_for_each(|w| {
+                        locks.push(w.join().unwrap()?);
+                        Ok::<_, Error>(())
+                    })
                 })?;
                 Ok::<_, Error>(locks)
             })
