@@ -162,6 +162,10 @@ fn a_heap_region_that_outgrew_its_block_converges_to_one_block_sized_to_its_peak
     assert!(s.bytes_held <= peak + peak / 8 + page(), "{s}");
 }
 
+// Under Miri, which reserves nothing, also the one run of
+// memory::footprint::workloads_converge_to_zero_system_allocations_within_the_memory_target:
+// with `reserve(Some(..))` every reservation falls back to the same heap
+// blocks, with the same stats at every pass (checked under `cfg(miri)`).
 #[test]
 fn workloads_on_heap_blocks_converge_within_the_memory_target() {
     crate::memory::footprint::workloads_converge(fast().reserve(None));
