@@ -51,7 +51,9 @@ impl CachingAllocator {
     /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?;
     /// temp.reset();
     /// temp.trim();
-    /// assert!(temp.stats().bytes_held < 4 << 20); // where regions are reserved
+    /// if temp.cache().stats().reservations > 0 {
+    ///     assert!(temp.stats().bytes_held < 4 << 20); // the pages went back
+    /// } // on heap blocks the block stays whole
     /// KernelContext::new(&temp).scratch::<u8>(4 << 20)?; // still served
     /// # Ok::<(), tempalloc::Error>(())
     /// ```
